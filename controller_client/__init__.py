@@ -1,0 +1,1 @@
+"""pyrmq controller_client package."""

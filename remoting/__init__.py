@@ -1,0 +1,1 @@
+"""pyrmq remoting package."""

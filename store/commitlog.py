@@ -1,0 +1,212 @@
+"""The commitlog: one logical byte log of RocketMQ records over fixed-size mapped segments.
+
+Appends run on the event loop and are synchronous: one copy of the encoded record into the
+mapping, CRCs included (store/message_format.py writes the bytes). Everything that blocks
+(msync, fsync, allocating a segment) runs in a worker thread through the owning store.
+
+Invariants:
+- A record never spans two files: when `size + 8` does not fit in the rest of the file, a BLANK
+  record fills it and the record starts the next file (store-format.md §2, §3.6).
+- Every record's PHYSICALOFFSET field equals its position in the log.
+- `flushed_where <= max_phy_offset`; bytes below `flushed_where` are on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Final
+
+from store import testhooks
+from store.config import StoreConfig
+from store.errors import MessageIllegalError, RecordCorruptError
+from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file_queue import MappedFileQueue
+from store.message_format import (
+    CheckStatus,
+    EncodedBatch,
+    EncodedMessage,
+    check_record,
+    write_batch,
+    write_blank,
+    write_record,
+)
+
+log = logging.getLogger(__name__)
+
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+
+
+class CommitLog:
+    """Segments, the write position, and raw/record reads by physical offset."""
+
+    __slots__ = ("_alloc_lock", "_next_file", "config", "files", "flushed_where")
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.files = MappedFileQueue(config.commitlog_dir, config.mapped_file_size_commit_log)
+        self.flushed_where = 0
+        self._next_file: MappedFile | None = None
+        # Held while a segment is created, so the allocator thread and an inline roll never
+        # race to create the same file; an inline roll waits at most one allocation.
+        self._alloc_lock = threading.Lock()
+
+    def load(self) -> None:
+        self.files.load()
+
+    @property
+    def file_size(self) -> int:
+        return self.files.file_size
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.files.max_offset
+
+    # ---------------------------------------------------------------- appends
+
+    def _file_for(self, size: int) -> MappedFile:
+        """The file the next `size`-byte write goes into, rolling with a BLANK if needed."""
+        mapped = self.files.last
+        if mapped is not None and size + END_FILE_MIN_BLANK_LENGTH <= mapped.remaining:
+            return mapped
+        if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise MessageIllegalError(
+                f"record of {size} bytes does not fit a commitlog file of {self.file_size} bytes"
+            )
+        return self._roll(mapped)
+
+    def _roll(self, mapped: MappedFile | None) -> MappedFile:
+        start = 0 if mapped is None else mapped.file_end_offset
+        with self._alloc_lock:
+            next_file = self._next_file
+            self._next_file = None
+            if next_file is not None and next_file.file_from_offset == start:
+                self.files.adopt_file(next_file)
+            else:
+                if next_file is not None:
+                    next_file.destroy()
+                # Not prepared ahead (first file, or appends outran the allocator).
+                next_file = self.files.create_file(start)
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("commitlog.roll.after_create")
+        if mapped is not None and mapped.remaining > 0:
+            write_blank(mapped.buf, mapped.wrote_position, mapped.remaining)
+            mapped.wrote_position = mapped.file_size
+        return next_file
+
+    def append_message(self, msg: EncodedMessage, *, queue_offset: int, store_timestamp: int) -> int:
+        """Append one record; returns its physical offset."""
+        mapped = self._file_for(msg.total_size)
+        pos = mapped.wrote_position
+        phy_offset = mapped.file_from_offset + pos
+        write_record(
+            mapped.buf, pos, msg,
+            queue_offset=queue_offset, phy_offset=phy_offset, store_timestamp=store_timestamp,
+        )
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("commitlog.append.before_position")
+        mapped.wrote_position = pos + msg.total_size
+        return phy_offset
+
+    def append_batch(
+        self, batch: EncodedBatch, *, first_queue_offset: int, store_timestamp: int
+    ) -> int:
+        """Append a batch's records contiguously in one file; returns the first offset."""
+        mapped = self._file_for(batch.total_size)
+        pos = mapped.wrote_position
+        phy_offset = mapped.file_from_offset + pos
+        write_batch(
+            mapped.buf, pos, batch,
+            first_queue_offset=first_queue_offset, phy_offset=phy_offset,
+            store_timestamp=store_timestamp,
+        )
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("commitlog.append.before_position")
+        mapped.wrote_position = pos + batch.total_size
+        return phy_offset
+
+    def need_next_file(self) -> int | None:
+        """Start offset of the file to prepare ahead, or None when it is ready or not needed."""
+        last = self.files.last
+        if last is None or self._next_file is not None:
+            return None
+        return last.file_end_offset if last.wrote_position * 2 >= last.file_size else None
+
+    def prepare_next_file(self, start: int) -> None:
+        """Allocate and map the next segment ahead of time; blocking (worker thread)."""
+        with self._alloc_lock:
+            last = self.files.last
+            if self._next_file is not None or last is None or last.file_end_offset != start:
+                return
+            self.files.directory.mkdir(parents=True, exist_ok=True)
+            self._next_file = MappedFile.create(
+                self.files.directory / offset_to_file_name(start), self.file_size
+            )
+
+    # ---------------------------------------------------------------- reads
+
+    def read(self, phy_offset: int, size: int) -> bytes:
+        """Copy [phy_offset, phy_offset + size) from one file; IndexError outside written data."""
+        mapped = self.files.find(phy_offset)
+        if mapped is None or phy_offset + size > mapped.max_offset:
+            raise IndexError(f"commitlog: [{phy_offset}, {phy_offset + size}) not written")
+        return mapped.read(phy_offset - mapped.file_from_offset, size)
+
+    def read_record(self, phy_offset: int, size: int) -> bytes:
+        """One record's bytes after checking them (magic, sizes, position, both CRCs).
+
+        Damaged bytes are never served: a failed check raises `RecordCorruptError`.
+        """
+        mapped = self.files.find(phy_offset)
+        if mapped is None or phy_offset + size > mapped.max_offset:
+            raise IndexError(f"commitlog: record [{phy_offset}, {phy_offset + size}) not written")
+        pos = phy_offset - mapped.file_from_offset
+        check = check_record(
+            mapped.buf, pos, limit=pos + size, expected_phy_offset=phy_offset,
+            check_body_crc=True, verify_prop_crc=self.config.force_verify_prop_crc,
+        )
+        if check.status is not CheckStatus.VALID or check.size != size:
+            raise RecordCorruptError(
+                f"commitlog record at {phy_offset} ({mapped.path.name}) size {size}: "
+                f"{check.reason or f'size field {check.size}'}"
+            )
+        return mapped.read(pos, size)
+
+    # ---------------------------------------------------------------- durability
+
+    def flush(self, least_pages: int = 0) -> int:
+        """msync every file from `flushed_where` to the write position; returns the new
+        `flushed_where`. With `least_pages`, skip unless that many pages are dirty (ASYNC_FLUSH).
+        Blocking (worker thread)."""
+        target = self.max_phy_offset
+        if least_pages and target - self.flushed_where < least_pages * 4096:
+            return self.flushed_where
+        for mapped in list(self.files.files):
+            if mapped.file_end_offset <= self.flushed_where:
+                continue
+            if mapped.file_from_offset >= target:
+                break
+            mapped.flush(min(mapped.wrote_position, target - mapped.file_from_offset))
+        self.flushed_where = max(self.flushed_where, target)
+        return self.flushed_where
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Cut the log at `phy_offset`, zeroing the tail on disk (M7). Blocking."""
+        with self._alloc_lock:
+            if self._next_file is not None:
+                self._next_file.destroy()
+                self._next_file = None
+        self.files.truncate_dirty(phy_offset)
+        self.flushed_where = min(self.flushed_where, phy_offset)
+
+    def close(self) -> None:
+        if self._next_file is not None:
+            # A prepared but unused file would break the exact-size/contiguity rules of a
+            # Java reader only if empty files were left behind; remove it.
+            self._next_file.destroy()
+            self._next_file = None
+        self.files.close()

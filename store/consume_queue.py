@@ -1,0 +1,306 @@
+"""One consume queue (topic, queueId): 20-byte units pointing into the commitlog.
+
+Unit layout (store-format.md §4.2), big-endian:
+  0          8      12          20
+  | phyOffset | size | tagsCode |
+  | i64       | i32  | i64      |
+
+The queue is a `MappedFileQueue` of fixed-size files; a unit's logical (queue) offset is its byte
+position / 20. Lookups view the mapping through a numpy structured dtype; appends store one unit
+with a precompiled struct, a batch with one numpy assignment.
+
+Invariants:
+- Units are dense: the unit for queue offset n sits at byte n*20; appending anywhere but the end
+  is refused (`DataInvariantError`), except a re-dispatch of a unit already present, which is
+  skipped (RocketMQ's idempotent re-dispatch).
+- phyOffset increases with the queue offset (fillers at the start have phyOffset 0).
+- A valid unit has phyOffset >= 0 and size > 0; the first invalid unit ends the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from store.errors import DataInvariantError
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_UNIT: Final = np.dtype([("phy_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+CQ_UNIT_STRUCT: Final = struct.Struct(">qiq")
+CQ_UNIT_SIZE: Final = 20
+assert CQ_UNIT.itemsize == CQ_UNIT_STRUCT.size == CQ_UNIT_SIZE
+FILLER_SIZE: Final = 0x7FFFFFFF
+
+CqUnits = npt.NDArray[np.void]
+
+
+class ConsumeQueue:
+    """The units of one (topic, queue_id); offsets in the API are logical queue offsets."""
+
+    __slots__ = ("_files", "max_phy_offset", "min_logic_offset", "queue_id", "topic")
+
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self._files = MappedFileQueue(root / topic / str(queue_id), file_size)
+        # End (phyOffset + size) of the last unit: re-dispatch below it is a no-op.
+        self.max_phy_offset = 0
+        self.min_logic_offset = 0
+
+    # ---------------------------------------------------------------- load and recovery
+
+    def load_and_recover(self) -> None:
+        """Map the files and find the end of valid units (store-format.md §9.4).
+
+        Scanning starts at the third file from the end, as RocketMQ does; units before it are
+        taken as valid. Files after the stop are deleted and the tail of the stop file zeroed.
+        """
+        self._files.load()
+        files = self._files.files
+        if not files:
+            return
+        end_offset = files[-1].file_end_offset
+        for index in range(max(0, len(files) - 3), len(files)):
+            units = files[index].numpy_view(CQ_UNIT)
+            valid = (units["phy_offset"] >= 0) & (units["size"] > 0)
+            invalid_at = int(np.argmin(valid)) if not valid.all() else len(units)
+            del units, valid
+            if invalid_at < files[index].file_size // CQ_UNIT_SIZE:
+                end_offset = files[index].file_from_offset + invalid_at * CQ_UNIT_SIZE
+                break
+        stop = self._files.find(end_offset) if end_offset < files[-1].file_end_offset else None
+        if stop is not None and stop is files[-1] and not self._tail_dirty(stop, end_offset):
+            # The usual case after any exit: zeros after the last unit, nothing to rewrite.
+            stop.wrote_position = stop.flushed_position = end_offset - stop.file_from_offset
+        else:
+            self._files.truncate_dirty(end_offset)
+        self._recompute_max_phy()
+        self.min_logic_offset = self._first_real_unit_offset()
+
+    @staticmethod
+    def _tail_dirty(mapped: MappedFile, end_offset: int) -> bool:
+        tail = mapped.numpy_view(np.uint8)[end_offset - mapped.file_from_offset :]
+        dirty = bool(tail.any())
+        del tail
+        return dirty
+
+    def _recompute_max_phy(self) -> None:
+        if self.max_offset > self.min_offset_in_files:
+            phy, size, _ = self.unit_at(self.max_offset - 1)
+            self.max_phy_offset = phy + size if size != FILLER_SIZE else 0
+        else:
+            self.max_phy_offset = 0
+
+    def _first_real_unit_offset(self) -> int:
+        files = self._files.files
+        if not files:
+            return 0
+        units = files[0].numpy_view(CQ_UNIT)
+        count = files[0].wrote_position // CQ_UNIT_SIZE
+        fillers = int(np.count_nonzero(units["size"][:count] == FILLER_SIZE))
+        del units
+        return files[0].file_from_offset // CQ_UNIT_SIZE + fillers
+
+    # ---------------------------------------------------------------- offsets
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written (RocketMQ maxOffsetInQueue)."""
+        return self._files.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def min_offset_in_files(self) -> int:
+        return self._files.min_offset // CQ_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        """Smallest queue offset still readable (after fillers and retention)."""
+        return max(self.min_logic_offset, self.min_offset_in_files)
+
+    # ---------------------------------------------------------------- writes
+
+    def _file_for_write(self, position: int) -> MappedFile:
+        last = self._files.last
+        if last is not None and last.file_from_offset <= position < last.file_end_offset:
+            return last
+        if last is None:
+            start = position - position % self._files.file_size
+            mapped = self._files.create_file(start)
+            if position > start:
+                self._fill_pre_blank(mapped, position - start)
+            return mapped
+        if position == last.file_end_offset:
+            return self._files.create_file(position)
+        raise DataInvariantError(
+            f"consume queue {self.topic}/{self.queue_id}: write at byte {position} outside the "
+            f"last file [{last.file_from_offset}, {last.file_end_offset})"
+        )
+
+    @staticmethod
+    def _fill_pre_blank(mapped: MappedFile, up_to: int) -> None:
+        units = mapped.numpy_view(CQ_UNIT)
+        count = up_to // CQ_UNIT_SIZE
+        units["phy_offset"][:count] = 0
+        units["size"][:count] = FILLER_SIZE
+        units["tags_code"][:count] = 0
+        del units
+        mapped.wrote_position = up_to
+
+    def _check_append(self, queue_offset: int, phy_offset: int) -> bool:
+        """True to write; False to skip an idempotent re-dispatch; raises on a gap."""
+        expected = self.max_offset
+        if queue_offset == expected or (expected == 0 and not self._files.files):
+            return True
+        if queue_offset < expected and phy_offset < self.max_phy_offset:
+            return False
+        raise DataInvariantError(
+            f"consume queue {self.topic}/{self.queue_id}: unit for queue offset {queue_offset} "
+            f"(phy {phy_offset}) does not follow max offset {expected}"
+        )
+
+    def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
+        """Append one unit (dispatch of one record)."""
+        if not self._check_append(queue_offset, phy_offset):
+            return
+        position = queue_offset * CQ_UNIT_SIZE
+        mapped = self._file_for_write(position)
+        pos = position - mapped.file_from_offset
+        CQ_UNIT_STRUCT.pack_into(mapped.buf, pos, phy_offset, size, tags_code)
+        mapped.wrote_position = pos + CQ_UNIT_SIZE
+        self.max_phy_offset = phy_offset + size
+
+    def put_batch(
+        self,
+        first_queue_offset: int,
+        phy_offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int32],
+        tags_codes: npt.NDArray[np.int64],
+    ) -> None:
+        """Append consecutive units; one numpy assignment per file touched."""
+        count = len(phy_offsets)
+        done = 0
+        while done < count:
+            queue_offset = first_queue_offset + done
+            if not self._check_append(queue_offset, int(phy_offsets[done])):
+                done += 1
+                continue
+            position = queue_offset * CQ_UNIT_SIZE
+            mapped = self._file_for_write(position)
+            pos = position - mapped.file_from_offset
+            room = (mapped.file_size - pos) // CQ_UNIT_SIZE
+            n = min(room, count - done)
+            units = mapped.numpy_view(CQ_UNIT)[pos // CQ_UNIT_SIZE : pos // CQ_UNIT_SIZE + n]
+            units["phy_offset"] = phy_offsets[done : done + n]
+            units["size"] = sizes[done : done + n]
+            units["tags_code"] = tags_codes[done : done + n]
+            del units
+            mapped.wrote_position = pos + n * CQ_UNIT_SIZE
+            done += n
+        self.max_phy_offset = int(phy_offsets[-1]) + int(sizes[-1])
+
+    # ---------------------------------------------------------------- reads
+
+    def unit_at(self, queue_offset: int) -> tuple[int, int, int]:
+        """(phyOffset, size, tagsCode) of one unit; IndexError outside [min, max)."""
+        position = queue_offset * CQ_UNIT_SIZE
+        mapped = self._files.find(position)
+        if mapped is None or position + CQ_UNIT_SIZE > mapped.max_offset:
+            raise IndexError(f"consume queue {self.topic}/{self.queue_id}: no unit {queue_offset}")
+        phy, size, tags = CQ_UNIT_STRUCT.unpack_from(mapped.buf, position - mapped.file_from_offset)
+        return int(phy), int(size), int(tags)
+
+    def units(self, queue_offset: int, max_count: int) -> CqUnits:
+        """A copy of up to `max_count` units from `queue_offset`, within one file."""
+        position = queue_offset * CQ_UNIT_SIZE
+        mapped = self._files.find(position)
+        if mapped is None or max_count <= 0:
+            return np.empty(0, dtype=CQ_UNIT)
+        first = (position - mapped.file_from_offset) // CQ_UNIT_SIZE
+        last = min(first + max_count, mapped.wrote_position // CQ_UNIT_SIZE)
+        view = mapped.numpy_view(CQ_UNIT)
+        out = view[first:last].copy()
+        del view
+        return out
+
+    def offset_by_time(self, timestamp_ms: int, store_timestamp: Callable[[int, int], int]) -> int:
+        """The first queue offset whose message was stored at or after `timestamp_ms`.
+
+        Binary search over the units, reading each probed message's store timestamp from the
+        commitlog through `store_timestamp(phy_offset, size)`. Returns `max_offset` when every
+        message is older, `min_offset` when all are newer or the queue is empty.
+        """
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            phy, size, _ = self.unit_at(middle)
+            if store_timestamp(phy, size) < timestamp_ms:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    # ---------------------------------------------------------------- truncation, retention
+
+    def truncate_by_phy(self, phy_offset: int) -> None:
+        """Drop every unit whose phyOffset >= `phy_offset` (commitlog truncation)."""
+        low, high = self.min_offset_in_files, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            phy, size, _ = self.unit_at(middle)
+            if size != FILLER_SIZE and phy >= phy_offset:
+                high = middle
+            else:
+                low = middle + 1
+        if low < self.max_offset:
+            log.info(
+                "truncating consume queue topic=%s queue_id=%d from_offset=%d to_offset=%d",
+                self.topic, self.queue_id, self.max_offset, low,
+            )
+            self._files.truncate_dirty(low * CQ_UNIT_SIZE)
+            self._recompute_max_phy()
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Delete whole files whose units all point below the commitlog's `min_phy_offset`
+        and move `min_logic_offset` to the first unit at or above it; returns files deleted."""
+        files = self._files.files
+        doomed = 0
+        for mapped in files[:-1]:
+            count = mapped.wrote_position // CQ_UNIT_SIZE
+            phy, size, _ = CQ_UNIT_STRUCT.unpack_from(mapped.buf, (count - 1) * CQ_UNIT_SIZE)
+            if phy + size > min_phy_offset:
+                break
+            doomed += 1
+        self._files.delete_first(doomed)
+        low, high = self.min_offset_in_files, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            phy, size, _ = self.unit_at(middle)
+            if size != FILLER_SIZE and phy >= min_phy_offset:
+                high = middle
+            else:
+                low = middle + 1
+        self.min_logic_offset = low
+        return doomed
+
+    def flush(self) -> None:
+        """msync every file with unflushed units; blocking (worker thread)."""
+        for mapped in self._files.files:
+            if mapped.flushed_position < mapped.wrote_position:
+                mapped.flush()
+
+    def destroy(self) -> None:
+        self._files.destroy_all()
+        self.max_phy_offset = 0
+        self.min_logic_offset = 0
+
+    def close(self) -> None:
+        self._files.close()

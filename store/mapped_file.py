@@ -1,0 +1,229 @@
+"""One fixed-size store file (commitlog segment or consume-queue file) mapped into memory.
+
+A `MappedFile` owns one `mmap` and is the only source of views on it. Writers store through
+`buf` (the mmap itself: `pack_into`, slice assignment); readers copy out with `read()` or take a
+numpy view with `numpy_view()`, which must be dropped before `close()`.
+
+Invariants:
+- The whole file is allocated with `posix_fallocate` before it is mapped: a later store into the
+  mapping never needs a new block, so a full disk is a typed `DiskFullError` at creation, never a
+  SIGBUS in the middle of an append (reliability.md M14).
+- `flushed_position <= wrote_position <= file_size`.
+- `truncate_to(pos)` leaves zeros in [pos, file_size) on disk before it returns (M7): a later
+  recovery scan can never read a stale record after the cut.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import mmap
+import os
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from store import testhooks
+from store.errors import CorruptFileError, DiskFullError, StoreIOError
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE: Final = mmap.PAGESIZE
+FILE_NAME_DIGITS: Final = 20
+
+_FALLOC_FL_KEEP_SIZE: Final = 0x01
+_FALLOC_FL_PUNCH_HOLE: Final = 0x02
+_FALLOC_FL_ZERO_RANGE: Final = 0x10
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_libc.fallocate.restype = ctypes.c_int
+
+
+def offset_to_file_name(offset: int) -> str:
+    """RocketMQ's segment name: the start offset in decimal, zero-padded to 20 digits."""
+    return f"{offset:020d}"
+
+
+def file_name_to_offset(path: Path) -> int:
+    """Parse a segment name; a name that is not exactly 20 digits is a `CorruptFileError`."""
+    name = path.name
+    if len(name) != FILE_NAME_DIGITS or not name.isdigit():
+        raise CorruptFileError(f"store file {path}: name is not a 20-digit offset")
+    return int(name)
+
+
+def _io_error(path: Path, what: str, err: OSError) -> Exception:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(f"{what} {path}: no space left on device")
+    return StoreIOError(f"{what} {path}: {err.strerror or err}")
+
+
+def _zero_range(fd: int, offset: int, length: int) -> None:
+    """Make [offset, offset+length) read as zeros and stay allocated, whole pages only."""
+    if length <= 0:
+        return
+    if _libc.fallocate(fd, _FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return
+    # tmpfs and some file systems lack ZERO_RANGE: punch a hole, then allocate it again so the
+    # region keeps its blocks (a store into a hole on a full disk would SIGBUS).
+    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        os.posix_fallocate(fd, offset, length)
+        return
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+class MappedFile:
+    """A mapped segment: `file_from_offset` is its start in the global offset space."""
+
+    __slots__ = (
+        "_fd",
+        "buf",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: Path, fd: int, buf: mmap.mmap, file_size: int) -> None:
+        self.path = path
+        self.file_from_offset = file_name_to_offset(path)
+        self.file_size = file_size
+        self._fd = fd
+        self.buf = buf
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @classmethod
+    def create(cls, path: Path, file_size: int) -> MappedFile:
+        """Create, allocate in full and map a new file; no half-made file is left on failure."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise _io_error(path, "create store file", err) from err
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+            buf = mmap.mmap(fd, file_size, flags=mmap.MAP_SHARED)
+            # The directory entry must be durable before the file's content can matter.
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as err:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise _io_error(path, "allocate store file", err) from err
+        if testhooks.JOURNAL_ON:
+            testhooks.journal_new_file(path)
+        return cls(path, fd, buf, file_size)
+
+    @classmethod
+    def open_existing(cls, path: Path, file_size: int) -> MappedFile:
+        """Map an existing file of exactly `file_size` bytes; positions start at the file end."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as err:
+            raise _io_error(path, "open store file", err) from err
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != file_size:
+                raise CorruptFileError(
+                    f"store file {path}: size {actual} != configured size {file_size}"
+                )
+            buf = mmap.mmap(fd, file_size, flags=mmap.MAP_SHARED)
+        except BaseException:
+            os.close(fd)
+            raise
+        mapped = cls(path, fd, buf, file_size)
+        mapped.wrote_position = mapped.flushed_position = file_size
+        return mapped
+
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just after the last written byte."""
+        return self.file_from_offset + self.wrote_position
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def read(self, pos: int, size: int) -> bytes:
+        """Copy `size` bytes at file position `pos`; the caller checks the range."""
+        return self.buf[pos : pos + size]
+
+    def numpy_view(self, dtype: npt.DTypeLike) -> npt.NDArray[np.void]:
+        """A numpy array over the whole mapping; drop it before `close()`."""
+        return np.frombuffer(self.buf, dtype=dtype)
+
+    def flush(self, up_to_position: int | None = None) -> int:
+        """msync [flushed_position, up_to_position) rounded out to pages; returns the new
+        flushed position. Blocking: call it from a worker thread, never on the event loop."""
+        end = self.wrote_position if up_to_position is None else up_to_position
+        if end <= self.flushed_position:
+            return self.flushed_position
+        start = self.flushed_position - self.flushed_position % PAGE_SIZE
+        try:
+            self.buf.flush(start, end - start)
+        except OSError as err:
+            raise _io_error(self.path, "msync", err) from err
+        self.flushed_position = end
+        if testhooks.JOURNAL_ON:
+            testhooks.journal_synced(self.path, end)
+        return end
+
+    def truncate_to(self, pos: int) -> None:
+        """Zero [pos, file_size) on disk and set both positions to `pos` (M7).
+
+        The partial page is zeroed through the mapping and msynced; whole pages after it are
+        zeroed by the file system (ZERO_RANGE, or punch-hole plus re-allocation); then fsync.
+        Blocking: call it from a worker thread.
+        """
+        if not 0 <= pos <= self.file_size:
+            raise ValueError(f"truncate {self.path} to {pos}: outside [0, {self.file_size}]")
+        page_end = min(self.file_size, -(-pos // PAGE_SIZE) * PAGE_SIZE)
+        try:
+            if page_end > pos:
+                self.buf[pos:page_end] = bytes(page_end - pos)
+                page_start = pos - pos % PAGE_SIZE
+                self.buf.flush(page_start, page_end - page_start)
+            if testhooks.FAULTS_ON:
+                testhooks.fault_point("ha.truncate.before_zero")
+            _zero_range(self._fd, page_end, self.file_size - page_end)
+            os.fsync(self._fd)
+        except OSError as err:
+            raise _io_error(self.path, "truncate", err) from err
+        self.wrote_position = self.flushed_position = pos
+        if testhooks.JOURNAL_ON:
+            testhooks.journal_truncated(self.path, pos)
+
+    def close(self) -> None:
+        """Unmap and close; raises BufferError if a numpy or memoryview export is still alive."""
+        if not self.buf.closed:
+            self.buf.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def destroy(self) -> None:
+        """Close and delete the file (retention, truncation of whole files)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+            f"flushed={self.flushed_position}, size={self.file_size})"
+        )

@@ -1,0 +1,829 @@
+"""The message store: commitlog, consume queues, dispatch, flush, checkpoint, recovery, retention.
+
+`MessageStore` is what the broker and HA layers use. Appends and reads are synchronous calls on
+the event loop (they touch only memory); everything that blocks on the disk runs in a worker
+thread, driven by `run()`, the store's own long-lived coroutine.
+
+Invariants:
+- Queue offsets are assigned densely per (topic, queueId) at append time, and after any restart
+  or truncation they account for every record up to maxPhyOffset (reliability.md M5).
+- Consume-queue units are written only for records that end at or below the dispatch bound:
+  maxPhyOffset normally, confirmOffset in controller mode (M4, RocketMQ #6609).
+- confirmOffset <= maxPhyOffset always; a truncation below it is a `DataInvariantError` unless
+  the caller states it knows committed data is lost.
+- An append's `put_*` coroutine returns only once its flush policy holds: at once for
+  ASYNC_FLUSH, after an msync covering the record for SYNC_FLUSH (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from store import testhooks
+from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
+from store.commitlog import CommitLog
+from store.config import FlushDiskType, StoreConfig
+from store.consume_queue import FILLER_SIZE, ConsumeQueue
+from store.consume_queue_store import ConsumeQueueStore
+from store.errors import DataInvariantError, DiskFullError, WriteRefusedError
+from store.mapped_file import MappedFile
+from store.message_format import (
+    CheckStatus,
+    EncodedBatch,
+    EncodedMessage,
+    RecordCheck,
+    check_record,
+    read_store_timestamp,
+)
+from store.recovery import (
+    FirstRecord,
+    ScanStop,
+    clamp_confirm_offset,
+    first_record,
+    scan_file,
+    start_file_abnormal,
+    start_file_normal,
+)
+from store.run_files import AbortFile, StoreLock
+
+log = logging.getLogger(__name__)
+
+
+def system_wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # appended, but not known to be on disk
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed. For a batch, the records are contiguous from `phy_offset`."""
+
+    phy_offset: int
+    wrote_bytes: int
+    queue_offset: int
+    msg_count: int
+    store_timestamp: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.phy_offset + self.wrote_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    status: PutStatus
+    append: AppendResult
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `open()` found and did; `lost_committed` means committed data is gone (M9)."""
+
+    abnormal: bool
+    checkpoint_bad: bool
+    start_file: str | None
+    records_scanned: int
+    records_dispatched: int
+    max_phy_offset: int
+    stop_reason: str | None
+    checkpoint_confirm_offset: int
+    confirm_offset: int
+    lost_committed: bool
+    elapsed_s: float
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+
+
+@dataclass(frozen=True, slots=True)
+class GetMessageResult:
+    """Records found for a pull: `messages` are whole, verified records in queue order."""
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[bytes]
+    queue_offsets: list[int]
+
+
+class MessageStore:
+    """One broker's store directory. Build, `open()` (blocking), run `run()`, then `close()`."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        wall_ms: Callable[[], int] = system_wall_ms,
+    ) -> None:
+        self.config = config
+        self.wall_ms = wall_ms
+        self.commitlog = CommitLog(config)
+        self.consume_queues = ConsumeQueueStore(
+            config.consume_queue_dir, config.mapped_file_size_consume_queue
+        )
+        root = config.store_path_root_dir
+        self._lock = StoreLock(root / "lock")
+        self._abort = AbortFile(root / "abort")
+        self._checkpoint_path = root / "checkpoint"
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._reput_from = 0
+        self._confirm_offset = 0
+        # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
+        # default settings); the HA layer turns this off and sets confirmOffset itself.
+        self.confirm_follows_max = not config.enable_controller_mode
+        self.fenced = False
+        self.disk_full = False
+        self._opened = False
+        self._closed = False
+        self._last_store_timestamp = 0
+        self._last_dispatched_store_timestamp = 0
+        self._flushed_store_timestamp = 0
+        self._logics_flushed_store_timestamp = 0
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._flush_wakeup: asyncio.Event | None = None
+        self._disk_lock: asyncio.Lock | None = None
+        self.recovery: RecoveryReport | None = None
+
+    # ================================================================ open / close
+
+    def open(self) -> RecoveryReport:
+        """Lock the directory, load every file and recover (store-format.md §9). Blocking."""
+        root = self.config.store_path_root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        testhooks.set_journal_root(root)
+        try:
+            report = self._load_and_recover()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._abort.create()
+        self._opened = True
+        self.recovery = report
+        return report
+
+    def _load_and_recover(self) -> RecoveryReport:
+        started = time.monotonic()
+        abnormal = self._abort.exists()
+        self.commitlog.load()
+        self.consume_queues.load_and_recover()
+        loaded = load_checkpoint(self._checkpoint_path)
+        checkpoint = loaded.checkpoint
+        if loaded.bad:
+            log.warning("checkpoint unusable, recovering as after a crash reason=%s",
+                        loaded.reason)
+            abnormal = True
+        self._confirm_offset = checkpoint.confirm_phy_offset
+        dispatch_from = self.consume_queues.max_phy_offset()
+        files = self.commitlog.files.files
+        if not files:
+            for queue in list(self.consume_queues):
+                self.consume_queues.destroy(queue.topic, queue.queue_id)
+            self._confirm_offset = 0
+            return RecoveryReport(
+                abnormal, loaded.bad, None, 0, 0, 0, None, checkpoint.confirm_phy_offset, 0,
+                checkpoint.confirm_phy_offset > 0, time.monotonic() - started,
+            )
+        check_crc = self.config.check_crc_on_recover
+        verify_prop = check_crc and self.config.force_verify_prop_crc
+        firsts = [
+            first_record(m.buf, file_from_offset=m.file_from_offset, file_size=m.file_size,
+                         check_body_crc=check_crc, verify_prop_crc=verify_prop)
+            for m in files
+        ]
+        if abnormal:
+            min_ts = 0 if loaded.bad else checkpoint.min_timestamp()
+            start_index = start_file_abnormal(firsts, min_timestamp=min_ts)
+        else:
+            start_index = start_file_normal(firsts, dispatch_from_phy_offset=dispatch_from)
+        scanned, dispatched, process_offset, reason, last_confirm_valid = self._scan_and_dispatch(
+            files, firsts, start_index, abnormal=abnormal, confirm_offset=self._confirm_offset,
+            check_crc=check_crc, verify_prop=verify_prop,
+        )
+        # Drop consume-queue units and commitlog bytes after the last valid record (M7).
+        self.consume_queues.truncate_by_phy(process_offset)
+        old_max = self.commitlog.max_phy_offset
+        self.commitlog.truncate_dirty(process_offset)
+        self.commitlog.flushed_where = process_offset
+        if process_offset < old_max and reason is not None:
+            log.warning("commitlog recovered to phy_offset=%d reason=%s", process_offset, reason)
+        stored_confirm = checkpoint.confirm_phy_offset
+        min_phy = self.commitlog.min_phy_offset
+        if self.config.enable_controller_mode:
+            bound = last_confirm_valid if abnormal else process_offset
+            self._confirm_offset = clamp_confirm_offset(
+                self._confirm_offset, min_phy_offset=min_phy, bound=bound
+            )
+        else:
+            self._confirm_offset = process_offset
+        lost_committed = process_offset < stored_confirm
+        if lost_committed:
+            log.error(
+                "committed data lost: recovered max_phy_offset=%d < checkpoint "
+                "confirm_offset=%d", process_offset, stored_confirm,
+            )
+        self._rebuild_queue_offsets()
+        self._reput_from = max(self.consume_queues.max_phy_offset(), min_phy)
+        self._reput_from = min(self._reput_from, process_offset)
+        self.dispatch_pending()
+        return RecoveryReport(
+            abnormal=abnormal, checkpoint_bad=loaded.bad, start_file=files[start_index].path.name
+            if start_index < len(files) else None, records_scanned=scanned,
+            records_dispatched=dispatched, max_phy_offset=process_offset, stop_reason=reason,
+            checkpoint_confirm_offset=stored_confirm, confirm_offset=self._confirm_offset,
+            lost_committed=lost_committed, elapsed_s=time.monotonic() - started,
+        )
+
+    def _scan_and_dispatch(
+        self, files: list[MappedFile], firsts: list[FirstRecord], start_index: int, *,
+        abnormal: bool, confirm_offset: int, check_crc: bool, verify_prop: bool,
+    ) -> tuple[int, int, int, str | None, int]:
+        """Scan from the start file; dispatch what the consume queues lack.
+
+        Returns (records scanned, records dispatched, process offset, stop reason, end of the
+        last record within confirmOffset).
+        """
+        controller = self.config.enable_controller_mode
+        dispatched = 0
+        last_confirm_valid = files[start_index].file_from_offset
+        rebuild: set[tuple[str, int]] = set()
+
+        def on_record(check: RecordCheck) -> None:
+            nonlocal dispatched, last_confirm_valid
+            end = check.phy_offset + check.size
+            if controller and abnormal and end > confirm_offset:
+                return  # past confirmOffset: a slave must not expose it (§9.3 step 3)
+            if controller and abnormal:
+                last_confirm_valid = end
+            if self._dispatch_check(check, rebuild):
+                dispatched += 1
+
+        scanned = 0
+        reason: str | None = None
+        process_offset = files[start_index].file_from_offset
+        for mapped in files[start_index:]:
+            scan = scan_file(
+                mapped.buf, file_from_offset=mapped.file_from_offset, file_size=mapped.file_size,
+                check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record,
+            )
+            scanned += scan.records
+            process_offset = mapped.file_from_offset + scan.end_pos
+            if scan.stop is ScanStop.INVALID:
+                reason = f"{mapped.path.name}+{scan.end_pos}: {scan.reason}"
+                break
+            process_offset = mapped.file_end_offset
+        if rebuild:
+            dispatched += self._rebuild_queues(files, rebuild, process_offset, check_crc,
+                                               verify_prop)
+        if not controller or not abnormal:
+            last_confirm_valid = process_offset
+        return scanned, dispatched, process_offset, reason, last_confirm_valid
+
+    def _dispatch_check(self, check: RecordCheck, rebuild: set[tuple[str, int]]) -> bool:
+        """Write a recovered record's unit if its queue lacks it; note queues with a gap."""
+        key = (check.topic, check.queue_id)
+        if key in rebuild or not _is_dispatchable(check.sys_flag):
+            return False
+        queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+        if check.queue_offset < queue.max_offset:
+            return False  # already there (idempotent re-dispatch)
+        if check.queue_offset > queue.max_offset and queue.max_offset > queue.min_offset_in_files:
+            # The queue lost units before this record (a power loss tore it): rebuild it.
+            rebuild.add(key)
+            return False
+        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+        self._last_dispatched_store_timestamp = check.store_timestamp
+        return True
+
+    def _rebuild_queues(
+        self, files: list[MappedFile], keys: set[tuple[str, int]], end: int, check_crc: bool,
+        verify_prop: bool,
+    ) -> int:
+        """Rebuild damaged consume queues from the first commitlog file up to `end`."""
+        for topic, queue_id in keys:
+            log.warning("rebuilding consume queue topic=%s queue_id=%d", topic, queue_id)
+            self.consume_queues.destroy(topic, queue_id)
+        count = 0
+        bound = self._confirm_offset if self.config.enable_controller_mode else end
+
+        def on_record(check: RecordCheck) -> None:
+            nonlocal count
+            if (check.topic, check.queue_id) in keys and _is_dispatchable(check.sys_flag) \
+                    and check.phy_offset + check.size <= bound:
+                queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+                if check.queue_offset >= queue.max_offset:
+                    queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+                    count += 1
+
+        for mapped in files:
+            if mapped.file_from_offset >= end:
+                break
+            scan_file(mapped.buf, file_from_offset=mapped.file_from_offset,
+                      file_size=min(mapped.file_size, end - mapped.file_from_offset),
+                      check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record)
+        return count
+
+    def _rebuild_queue_offsets(self) -> None:
+        """Next queue offsets from the consume queues, then from undispatched records (M5)."""
+        offsets = {(q.topic, q.queue_id): q.max_offset for q in self.consume_queues}
+        start = self.consume_queues.max_phy_offset()
+        for queue in self.consume_queues:
+            start = min(start, queue.max_phy_offset) if queue.max_offset else start
+        self._scan_range(max(start, self.commitlog.min_phy_offset), self.commitlog.max_phy_offset,
+                         lambda c: offsets.__setitem__(
+                             (c.topic, c.queue_id),
+                             max(offsets.get((c.topic, c.queue_id), 0), c.queue_offset + 1)))
+        self._queue_offsets = offsets
+
+    def _scan_range(self, start: int, end: int, on_record: Callable[[RecordCheck], None]) -> int:
+        """Walk valid records in [start, end) (start on a record boundary); returns where the
+        walk ended. Skips BLANK padding to the next file."""
+        pos = start
+        while pos < end:
+            mapped = self.commitlog.files.find(pos)
+            if mapped is None:
+                break
+            file_pos = pos - mapped.file_from_offset
+            check = check_record(
+                mapped.buf, file_pos, limit=mapped.wrote_position, expected_phy_offset=pos,
+                check_body_crc=True, verify_prop_crc=self.config.force_verify_prop_crc,
+            )
+            if check.status is CheckStatus.BLANK:
+                pos = mapped.file_end_offset
+                continue
+            if check.status is not CheckStatus.VALID or pos + check.size > end:
+                break
+            on_record(check)
+            pos += check.size
+        return pos
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, and end cleanly. Blocking."""
+        if self._closed or not self._opened:
+            return
+        self._closed = True
+        clean = self.dispatch_behind_bytes == 0 and not self.fenced
+        try:
+            self.commitlog.flush()
+            self._flushed_store_timestamp = self._last_store_timestamp
+            self.consume_queues.flush()
+            self._logics_flushed_store_timestamp = self._last_dispatched_store_timestamp
+            self._write_checkpoint()
+        finally:
+            self.commitlog.close()
+            self.consume_queues.close()
+            if clean:
+                self._abort.delete()
+            self._lock.release()
+
+    # ================================================================ writes
+
+    def _check_writable(self) -> None:
+        if self.fenced:
+            raise WriteRefusedError("store is fenced: this broker has no role that accepts writes")
+        if self._closed or not self._opened:
+            raise WriteRefusedError("store is not open")
+        if self.disk_full:
+            raise DiskFullError(
+                f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
+            )
+
+    def _store_timestamp(self) -> int:
+        # Store timestamps never go backwards, so binary search by time stays valid.
+        now = self.wall_ms()
+        if now < self._last_store_timestamp:
+            now = self._last_store_timestamp
+        self._last_store_timestamp = now
+        return now
+
+    def append_message(self, msg: EncodedMessage) -> AppendResult:
+        """Append one message; the record is in the mapping (not yet on disk) on return."""
+        self._check_writable()
+        key = (msg.topic, msg.queue_id)
+        queue_offset = self._queue_offsets.get(key, 0)
+        store_timestamp = self._store_timestamp()
+        phy_offset = self.commitlog.append_message(
+            msg, queue_offset=queue_offset, store_timestamp=store_timestamp
+        )
+        self._queue_offsets[key] = queue_offset + 1
+        if self.confirm_follows_max:
+            end = phy_offset + msg.total_size
+            self._confirm_offset = end
+            if self._reput_from == phy_offset and _is_dispatchable(msg.sys_flag):
+                # Inline dispatch: the common case needs no second read of the record.
+                queue = self.consume_queues.get_or_create(msg.topic, msg.queue_id)
+                queue.put(queue_offset, phy_offset, msg.total_size, msg.tags_code)
+                self._reput_from = end
+                self._last_dispatched_store_timestamp = store_timestamp
+            else:
+                self.dispatch_pending()
+        return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
+
+    def append_batch(self, batch: EncodedBatch) -> AppendResult:
+        """Append a batch's records contiguously with consecutive queue offsets."""
+        self._check_writable()
+        key = (batch.topic, batch.queue_id)
+        queue_offset = self._queue_offsets.get(key, 0)
+        store_timestamp = self._store_timestamp()
+        phy_offset = self.commitlog.append_batch(
+            batch, first_queue_offset=queue_offset, store_timestamp=store_timestamp
+        )
+        self._queue_offsets[key] = queue_offset + batch.count
+        if self.confirm_follows_max:
+            end = phy_offset + batch.total_size
+            self._confirm_offset = end
+            if self._reput_from == phy_offset and _is_dispatchable(batch.sys_flag):
+                sizes = batch.sizes
+                phys = np.empty(batch.count, dtype=np.int64)
+                phys[0] = phy_offset
+                np.cumsum(sizes[:-1], out=phys[1:])
+                phys[1:] += phy_offset
+                queue = self.consume_queues.get_or_create(batch.topic, batch.queue_id)
+                queue.put_batch(queue_offset, phys, sizes, batch.tags_codes)
+                self._reput_from = end
+                self._last_dispatched_store_timestamp = store_timestamp
+            else:
+                self.dispatch_pending()
+        return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
+                            store_timestamp)
+
+    async def put_message(self, msg: EncodedMessage) -> PutResult:
+        """Append one message and wait for its flush policy."""
+        result = self.append_message(msg)
+        return PutResult(await self._wait_flush(result.end_offset), result)
+
+    async def put_batch(self, batch: EncodedBatch) -> PutResult:
+        result = self.append_batch(batch)
+        return PutResult(await self._wait_flush(result.end_offset), result)
+
+    async def _wait_flush(self, end_offset: int) -> PutStatus:
+        if self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
+            return PutStatus.PUT_OK
+        if self.commitlog.flushed_where >= end_offset:
+            return PutStatus.PUT_OK
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append((end_offset, future))
+        if self._flush_wakeup is not None:
+            self._flush_wakeup.set()
+        try:
+            async with asyncio.timeout(self.config.sync_flush_timeout_ms / 1000):
+                await asyncio.shield(future)
+        except TimeoutError:
+            return PutStatus.FLUSH_DISK_TIMEOUT
+        return PutStatus.PUT_OK
+
+    # ================================================================ dispatch and confirm
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commitlog.max_phy_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commitlog.min_phy_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        return self.commitlog.max_phy_offset if self.confirm_follows_max else self._confirm_offset
+
+    @property
+    def reput_from_offset(self) -> int:
+        return self._reput_from
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
+            self.confirm_offset
+        return max(0, bound - self._reput_from)
+
+    def set_confirm_offset(self, confirm_offset: int) -> None:
+        """Controller mode: set confirmOffset (the HA layer's decision) and dispatch up to it."""
+        if confirm_offset > self.commitlog.max_phy_offset:
+            raise DataInvariantError(
+                f"confirm_offset={confirm_offset} > max_phy_offset={self.commitlog.max_phy_offset}"
+            )
+        self.confirm_follows_max = False
+        self._confirm_offset = confirm_offset
+        self.dispatch_pending()
+
+    def dispatch_pending(self) -> int:
+        """Write consume-queue units for records from the reput offset up to the bound."""
+        bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
+            self.confirm_offset
+        count = 0
+
+        def on_record(check: RecordCheck) -> None:
+            nonlocal count
+            if not _is_dispatchable(check.sys_flag):
+                return
+            queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+            if check.queue_offset >= queue.max_offset:
+                queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+                self._last_dispatched_store_timestamp = check.store_timestamp
+                count += 1
+
+        if self._reput_from < bound:
+            self._reput_from = self._scan_range(self._reput_from, bound, on_record)
+        return count
+
+    # ================================================================ reads
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next append to this queue gets (counts undispatched records)."""
+        return self._queue_offsets.get((topic, queue_id), 0)
+
+    def store_timestamp_at(self, phy_offset: int, size: int) -> int:
+        mapped = self.commitlog.files.find(phy_offset)
+        if mapped is None:
+            raise IndexError(f"commitlog: no record at {phy_offset}")
+        return read_store_timestamp(mapped.buf, phy_offset - mapped.file_from_offset)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset stored at or after `timestamp_ms` (see ConsumeQueue)."""
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.offset_by_time(timestamp_ms, self.store_timestamp_at)
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int,
+        max_bytes: int = 256 * 1024,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetMessageResult:
+        """Read up to `max_count` whole records from `offset`, verified (never damaged bytes).
+
+        `tags_codes` filters by the units' tag hash (RocketMQ's consume-queue tag filter).
+        """
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None:
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, [], [])
+        low, high = queue.min_offset, queue.max_offset
+        if high == 0:
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high, [], [])
+        if offset < low:
+            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, low, low, high, [], [])
+        if offset == high:
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high, [], [])
+        if offset > high:
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high, [], [])
+        messages: list[bytes] = []
+        offsets: list[int] = []
+        total = 0
+        next_offset = offset
+        min_phy = self.commitlog.min_phy_offset
+        while next_offset < high and len(messages) < max_count:
+            units = queue.units(next_offset, max_count - len(messages))
+            if not len(units):
+                break
+            for phy, size, tags in units.tolist():
+                if size == FILLER_SIZE or phy < min_phy:
+                    next_offset += 1
+                    continue
+                if tags_codes is not None and tags not in tags_codes:
+                    next_offset += 1
+                    continue
+                if messages and total + size > max_bytes:
+                    break
+                messages.append(self.commitlog.read_record(phy, size))
+                offsets.append(next_offset)
+                total += size
+                next_offset += 1
+            else:
+                continue
+            break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, next_offset, low, high, messages, offsets)
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.consume_queues.get(topic, queue_id)
+
+    # ================================================================ truncation
+
+    def truncate_to_blocking(self, phy_offset: int, *, allow_below_confirm: bool = False) -> None:
+        """Cut the store at `phy_offset` (a record boundary): consume queues, then the commitlog
+        (zeroed and fsynced, M7), then offsets. Blocking; writes must be stopped."""
+        if phy_offset >= self.commitlog.max_phy_offset:
+            return
+        if phy_offset < self.confirm_offset and not allow_below_confirm and \
+                not self.confirm_follows_max:
+            raise DataInvariantError(
+                f"truncate to phy_offset={phy_offset} below confirm_offset={self.confirm_offset}"
+            )
+        mapped = self.commitlog.files.find(phy_offset)
+        if mapped is not None and phy_offset < self.commitlog.max_phy_offset:
+            pos = phy_offset - mapped.file_from_offset
+            check = check_record(mapped.buf, pos, limit=mapped.file_size,
+                                 expected_phy_offset=phy_offset, check_body_crc=False,
+                                 verify_prop_crc=False)
+            if check.status is CheckStatus.INVALID:
+                raise DataInvariantError(
+                    f"truncate to phy_offset={phy_offset}: not a record boundary ({check.reason})"
+                )
+        old_max = self.commitlog.max_phy_offset
+        self.consume_queues.truncate_by_phy(phy_offset)
+        self.commitlog.truncate_dirty(phy_offset)
+        self._reput_from = min(self._reput_from, phy_offset)
+        self._confirm_offset = min(self._confirm_offset, phy_offset)
+        self._rebuild_queue_offsets()
+        log.info("truncated store old_max_phy_offset=%d new_max_phy_offset=%d",
+                 old_max, phy_offset)
+
+    async def truncate_to(self, phy_offset: int, *, allow_below_confirm: bool = False) -> None:
+        """`truncate_to_blocking` in a worker thread, writes refused meanwhile."""
+        was_fenced = self.fenced
+        self.fenced = True
+        try:
+            async with self._disk():
+                await asyncio.to_thread(self.truncate_to_blocking, phy_offset,
+                                        allow_below_confirm=allow_below_confirm)
+        finally:
+            self.fenced = was_fenced
+
+    # ================================================================ background work
+
+    def _disk(self) -> asyncio.Lock:
+        if self._disk_lock is None:
+            self._disk_lock = asyncio.Lock()
+        return self._disk_lock
+
+    async def flush(self) -> int:
+        """Force the commitlog to disk now; returns the flushed offset."""
+        async with self._disk():
+            ts = self._last_store_timestamp
+            flushed = await asyncio.to_thread(self.commitlog.flush)
+            self._flushed_store_timestamp = ts
+        self._wake_flush_waiters()
+        return flushed
+
+    def _wake_flush_waiters(self) -> None:
+        flushed = self.commitlog.flushed_where
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for end, future in self._flush_waiters:
+            if end <= flushed:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((end, future))
+        self._flush_waiters = still
+
+    async def run(self) -> None:
+        """The store's background loops (flush, group commit, consume-queue flush, checkpoint,
+        segment pre-allocation, retention) until cancelled."""
+        self._flush_wakeup = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+                group.create_task(self._group_commit_loop())
+            else:
+                group.create_task(self._async_flush_loop())
+            group.create_task(self._consume_queue_flush_loop())
+            group.create_task(self._checkpoint_loop())
+            group.create_task(self._allocate_loop())
+            group.create_task(self._clean_loop())
+
+    async def _group_commit_loop(self) -> None:
+        assert self._flush_wakeup is not None
+        while True:
+            await self._flush_wakeup.wait()
+            self._flush_wakeup.clear()
+            # Every append that arrived while the previous msync ran shares this one.
+            await self.flush()
+
+    async def _async_flush_loop(self) -> None:
+        interval = self.config.flush_interval_commit_log_ms / 1000
+        rounds = 0
+        while True:
+            await asyncio.sleep(interval)
+            rounds += 1
+            # Every ~10 s flush whatever is dirty, like RocketMQ's thorough flush.
+            least = 0 if rounds % max(1, int(10 / interval)) == 0 else \
+                self.config.flush_commit_log_least_pages
+            async with self._disk():
+                ts = self._last_store_timestamp
+                await asyncio.to_thread(self.commitlog.flush, least)
+                if self.commitlog.flushed_where >= self.commitlog.max_phy_offset:
+                    self._flushed_store_timestamp = ts
+
+    async def _consume_queue_flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_consume_queue_ms / 1000)
+            await self.flush_consume_queues()
+
+    async def flush_consume_queues(self) -> None:
+        async with self._disk():
+            ts = self._last_dispatched_store_timestamp
+            await asyncio.to_thread(self.consume_queues.flush)
+            self._logics_flushed_store_timestamp = ts
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_flush_interval_ms / 1000)
+            await self.write_checkpoint()
+
+    def _checkpoint_value(self) -> Checkpoint:
+        # Standalone: the committed offset worth protecting is what is flushed. Controller
+        # mode: confirmOffset, which a power loss may take away (M9 reports it).
+        confirm = self._confirm_offset if self.config.enable_controller_mode else \
+            self.commitlog.flushed_where
+        return Checkpoint(
+            physic_msg_timestamp=self._flushed_store_timestamp,
+            logics_msg_timestamp=self._logics_flushed_store_timestamp,
+            index_msg_timestamp=0,
+            master_flushed_offset=0,
+            confirm_phy_offset=confirm,
+        )
+
+    def _write_checkpoint(self) -> None:
+        write_checkpoint(self._checkpoint_path, self._checkpoint_value())
+
+    async def write_checkpoint(self) -> None:
+        await asyncio.to_thread(write_checkpoint, self._checkpoint_path, self._checkpoint_value())
+
+    async def _allocate_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            start = self.commitlog.need_next_file()
+            if start is not None:
+                with contextlib.suppress(DiskFullError):
+                    # A full disk here is reported by the append that needs the file.
+                    await asyncio.to_thread(self.commitlog.prepare_next_file, start)
+
+    async def _clean_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.clean_resource_interval_ms / 1000)
+            await self.clean_expired_files()
+
+    def disk_used_ratio(self) -> float:
+        usage = shutil.disk_usage(self.config.store_path_root_dir)
+        return usage.used / usage.total if usage.total else 0.0
+
+    async def clean_expired_files(self, *, now_ms: int | None = None,
+                                  current_hour: int | None = None) -> int:
+        """Delete expired commitlog files per retention rules, then consume-queue files that
+        point only below the new minimum. Returns the number of commitlog files deleted."""
+        from store.retention import FileAge, files_to_delete, parse_delete_when
+
+        ratio = await asyncio.to_thread(self.disk_used_ratio)
+        self.disk_full = ratio * 100 >= self.config.disk_space_warning_level_ratio
+        files = self.commitlog.files.files
+        now = self.wall_ms() if now_ms is None else now_ms
+        hour = time.localtime(now / 1000).tm_hour if current_hour is None else current_hour
+        ages = [FileAge(m.file_from_offset, int(m.path.stat().st_mtime * 1000)) for m in files]
+        doomed = files_to_delete(
+            ages, now_ms=now, file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
+            delete_when_hours=parse_delete_when(self.config.delete_when), current_hour=hour,
+            disk_used_ratio=ratio, disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
+            protect_from_offset=min(self._reput_from, self.confirm_offset),
+        )
+        if not doomed:
+            return 0
+        count = len(doomed)
+        async with self._disk():
+            await asyncio.to_thread(self._delete_first_files, count)
+        return count
+
+    def _delete_first_files(self, count: int) -> None:
+        deleted = self.commitlog.files.delete_first(count)
+        for mapped in deleted:
+            log.info("deleted expired commitlog file path=%s", mapped.path)
+        min_phy = self.commitlog.min_phy_offset
+        for queue in self.consume_queues:
+            queue.delete_expired(min_phy)
+
+
+def _is_dispatchable(sys_flag: int) -> bool:
+    """Consume-queue units exist only for TRANSACTION_NOT_TYPE and COMMIT_TYPE records."""
+    return (sys_flag & 0xC) in (0x0, 0x8)
