@@ -35,6 +35,9 @@ from store.message_format import (
 log = logging.getLogger(__name__)
 
 END_FILE_MIN_BLANK_LENGTH: Final = 8
+# Keep this much of the current segment pre-faulted ahead of the write position.
+WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
+WARM_CHUNK_BYTES: Final = 16 * 1024 * 1024
 
 
 class CommitLog:
@@ -98,7 +101,9 @@ class CommitLog:
             mapped.wrote_position = mapped.file_size
         return next_file
 
-    def append_message(self, msg: EncodedMessage, *, queue_offset: int, store_timestamp: int) -> int:
+    def append_message(
+        self, msg: EncodedMessage, *, queue_offset: int, store_timestamp: int
+    ) -> int:
         """Append one record; returns its physical offset."""
         mapped = self._file_for(msg.total_size)
         pos = mapped.wrote_position
@@ -136,6 +141,23 @@ class CommitLog:
             return None
         return last.file_end_offset if last.wrote_position * 2 >= last.file_size else None
 
+    def warm_ahead(self) -> None:
+        """Pre-fault the current segment ahead of the writer; blocking (worker thread)."""
+        while True:
+            # Small chunks under the lock: an inline roll waits for one chunk at most.
+            with self._alloc_lock:
+                last = self.files.last
+                if last is None:
+                    return
+                target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
+                if last.populated_to >= target or (
+                    last.populated_to - last.wrote_position >= WARM_AHEAD_BYTES // 2
+                    and last.populated_to > 0
+                ):
+                    return
+                last.populate(min(target, max(last.populated_to, last.wrote_position)
+                                  + WARM_CHUNK_BYTES))
+
     def prepare_next_file(self, start: int) -> None:
         """Allocate and map the next segment ahead of time; blocking (worker thread)."""
         with self._alloc_lock:
@@ -143,9 +165,11 @@ class CommitLog:
             if self._next_file is not None or last is None or last.file_end_offset != start:
                 return
             self.files.directory.mkdir(parents=True, exist_ok=True)
-            self._next_file = MappedFile.create(
+            mapped = MappedFile.create(
                 self.files.directory / offset_to_file_name(start), self.file_size
             )
+            mapped.populate(min(self.file_size, WARM_AHEAD_BYTES))
+            self._next_file = mapped
 
     # ---------------------------------------------------------------- reads
 

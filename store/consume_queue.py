@@ -167,6 +167,22 @@ class ConsumeQueue:
             f"(phy {phy_offset}) does not follow max offset {expected}"
         )
 
+    def prepare_for(self, queue_offset: int, count: int = 1) -> None:
+        """Create the file(s) units [queue_offset, queue_offset+count) will go into, so that a
+        full disk refuses an append before its record reaches the commitlog."""
+        last = self._files.last
+        end = (queue_offset + count) * CQ_UNIT_SIZE
+        if last is not None and end <= last.file_end_offset:
+            return
+        if self._files.files and queue_offset != self.max_offset:
+            return  # not the next unit (dispatch lags in controller mode): nothing to prepare
+        position = queue_offset * CQ_UNIT_SIZE
+        while True:
+            mapped = self._file_for_write(position)
+            if end <= mapped.file_end_offset:
+                return
+            position = mapped.file_end_offset
+
     def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
         """Append one unit (dispatch of one record)."""
         if not self._check_append(queue_offset, phy_offset):

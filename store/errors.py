@@ -46,3 +46,7 @@ class EpochFileUnreadableError(CorruptFileError):
 
 class DataInvariantError(Exception):
     """A rule that protects acknowledged data was about to break (never caught locally)."""
+
+
+class StoreConfigError(StoreError, ValueError):
+    """A store setting has a value the store cannot use (e.g. `deleteWhen`); names key and value."""

@@ -42,6 +42,11 @@ _FALLOC_FL_ZERO_RANGE: Final = 0x10
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 _libc.fallocate.restype = ctypes.c_int
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+# Fault pages in writable ahead of the writer (Linux 5.14+). Called through ctypes because
+# ctypes releases the GIL for the call; mmap.madvise holds it for the whole (slow) call.
+_MADV_POPULATE_WRITE: Final = 23
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -87,6 +92,7 @@ class MappedFile:
         "file_size",
         "flushed_position",
         "path",
+        "populated_to",
         "wrote_position",
     )
 
@@ -98,6 +104,7 @@ class MappedFile:
         self.buf = buf
         self.wrote_position = 0
         self.flushed_position = 0
+        self.populated_to = 0
 
     @classmethod
     def create(cls, path: Path, file_size: int) -> MappedFile:
@@ -130,16 +137,17 @@ class MappedFile:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as err:
             raise _io_error(path, "open store file", err) from err
-        try:
-            actual = os.fstat(fd).st_size
-            if actual != file_size:
-                raise CorruptFileError(
-                    f"store file {path}: size {actual} != configured size {file_size}"
-                )
-            buf = mmap.mmap(fd, file_size, flags=mmap.MAP_SHARED)
-        except BaseException:
+        actual = os.fstat(fd).st_size
+        if actual != file_size:
             os.close(fd)
-            raise
+            raise CorruptFileError(
+                f"store file {path}: size {actual} != configured size {file_size}"
+            )
+        try:
+            buf = mmap.mmap(fd, file_size, flags=mmap.MAP_SHARED)
+        except OSError as err:
+            os.close(fd)
+            raise _io_error(path, "map store file", err) from err
         mapped = cls(path, fd, buf, file_size)
         mapped.wrote_position = mapped.flushed_position = file_size
         return mapped
@@ -167,6 +175,23 @@ class MappedFile:
     def numpy_view(self, dtype: npt.DTypeLike) -> npt.NDArray[np.void]:
         """A numpy array over the whole mapping; drop it before `close()`."""
         return np.frombuffer(self.buf, dtype=dtype)
+
+    def populate(self, up_to: int) -> None:
+        """Pre-fault [populated_to, up_to) so appends there write to warm pages (a cold mmap
+        store costs a page fault per 4 KiB: 0.45 GB/s here, against 9 GB/s warm). Blocking,
+        without the GIL: call it from a worker thread. Best effort: errors are ignored."""
+        start = max(self.populated_to, self.wrote_position)
+        start -= start % PAGE_SIZE
+        end = min(self.file_size, -(-up_to // PAGE_SIZE) * PAGE_SIZE)
+        if end <= start or self.buf.closed:
+            return
+        holder = ctypes.c_char.from_buffer(self.buf)
+        address = ctypes.addressof(holder)
+        del holder  # no export may outlive this line, or close() would fail
+        if _libc.madvise(address + start, end - start, _MADV_POPULATE_WRITE) == 0:
+            self.populated_to = end
+        else:
+            self.populated_to = self.file_size  # unsupported kernel: do not retry
 
     def flush(self, up_to_position: int | None = None) -> int:
         """msync [flushed_position, up_to_position) rounded out to pages; returns the new

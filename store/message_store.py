@@ -422,6 +422,8 @@ class MessageStore:
         self._check_writable()
         key = (msg.topic, msg.queue_id)
         queue_offset = self._queue_offsets.get(key, 0)
+        queue = self.consume_queues.get_or_create(msg.topic, msg.queue_id)
+        queue.prepare_for(queue_offset)
         store_timestamp = self._store_timestamp()
         phy_offset = self.commitlog.append_message(
             msg, queue_offset=queue_offset, store_timestamp=store_timestamp
@@ -432,7 +434,6 @@ class MessageStore:
             self._confirm_offset = end
             if self._reput_from == phy_offset and _is_dispatchable(msg.sys_flag):
                 # Inline dispatch: the common case needs no second read of the record.
-                queue = self.consume_queues.get_or_create(msg.topic, msg.queue_id)
                 queue.put(queue_offset, phy_offset, msg.total_size, msg.tags_code)
                 self._reput_from = end
                 self._last_dispatched_store_timestamp = store_timestamp
@@ -445,6 +446,8 @@ class MessageStore:
         self._check_writable()
         key = (batch.topic, batch.queue_id)
         queue_offset = self._queue_offsets.get(key, 0)
+        queue = self.consume_queues.get_or_create(batch.topic, batch.queue_id)
+        queue.prepare_for(queue_offset, batch.count)
         store_timestamp = self._store_timestamp()
         phy_offset = self.commitlog.append_batch(
             batch, first_queue_offset=queue_offset, store_timestamp=store_timestamp
@@ -459,7 +462,6 @@ class MessageStore:
                 phys[0] = phy_offset
                 np.cumsum(sizes[:-1], out=phys[1:])
                 phys[1:] += phy_offset
-                queue = self.consume_queues.get_or_create(batch.topic, batch.queue_id)
                 queue.put_batch(queue_offset, phys, sizes, batch.tags_codes)
                 self._reput_from = end
                 self._last_dispatched_store_timestamp = store_timestamp
@@ -775,6 +777,7 @@ class MessageStore:
     async def _allocate_loop(self) -> None:
         while True:
             await asyncio.sleep(0.1)
+            await asyncio.to_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
             if start is not None:
                 with contextlib.suppress(DiskFullError):
@@ -803,7 +806,8 @@ class MessageStore:
         hour = time.localtime(now / 1000).tm_hour if current_hour is None else current_hour
         ages = [FileAge(m.file_from_offset, int(m.path.stat().st_mtime * 1000)) for m in files]
         doomed = files_to_delete(
-            ages, now_ms=now, file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
+            ages, now_ms=now,
+            file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
             delete_when_hours=parse_delete_when(self.config.delete_when), current_hour=hour,
             disk_used_ratio=ratio, disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
             protect_from_offset=min(self._reput_from, self.confirm_offset),

@@ -14,10 +14,14 @@ Rules (pyrmq is stricter than RocketMQ's defaults, reliability.md M13):
 from __future__ import annotations
 
 import enum
-from collections.abc import Buffer, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from store.message_format import CheckStatus, RecordCheck, check_record
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 class ScanStop(enum.Enum):

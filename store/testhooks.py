@@ -48,7 +48,8 @@ def _fd_sink(fd: int) -> JournalSink:
 
 def configure_journal(root: Path | None, sink: JournalSink | None = None) -> None:
     """Turn the journal on (sink given, or PYRMQ_DURABILITY_FD set) or off (neither)."""
-    global JOURNAL_ON, _journal_sink, _journal_root
+    # Module globals on purpose: hot paths test one flag with no attribute chain.
+    global JOURNAL_ON, _journal_sink, _journal_root  # noqa: PLW0603
     if sink is None and (fd := os.environ.get("PYRMQ_DURABILITY_FD")):
         sink = _fd_sink(int(fd))
     _journal_sink = sink
@@ -58,13 +59,13 @@ def configure_journal(root: Path | None, sink: JournalSink | None = None) -> Non
 
 def set_journal_root(root: Path) -> None:
     """Journal paths are relative to the store root (the harness rebuilds files from them)."""
-    global _journal_root
+    global _journal_root  # noqa: PLW0603
     _journal_root = root
 
 
 def configure_faults(spec: str | None = None) -> None:
     """Parse a fault-point spec (default: `PYRMQ_FAULTPOINTS`); an empty spec turns them off."""
-    global FAULTS_ON
+    global FAULTS_ON  # noqa: PLW0603
     spec = os.environ.get("PYRMQ_FAULTPOINTS", "") if spec is None else spec
     faults: dict[str, tuple[int, str]] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):

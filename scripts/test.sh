@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: set up, lint, type-check, run every test and the benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+echo "== ruff"
+.venv/bin/ruff check .
+echo "== mypy --strict"
+.venv/bin/mypy --strict store remoting broker ha controller_client controller tests benchmarks
+echo "== pytest"
+.venv/bin/pytest -q -p no:cacheprovider tests "$@"
+echo "== benchmarks"
+.venv/bin/pytest -q -p no:cacheprovider benchmarks --benchmark-disable-gc -s

@@ -1,0 +1,273 @@
+"""MessageStore on real files: appends, rolls, reads, recovery, truncation, flush policies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from store import testhooks
+from store.config import FlushDiskType
+from store.errors import DataInvariantError, RecordCorruptError, WriteRefusedError
+from store.message_format import BLANK_MAGIC_CODE, decode_record
+from store.message_store import GetStatus, MessageStore, PutStatus
+from tests.support.store_helpers import batch, crash_image, message, read_all, small_config
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    s = MessageStore(small_config(tmp_path / "store"))
+    s.open()
+    yield s
+    s.close()
+
+
+@contextlib.asynccontextmanager
+async def running(store: MessageStore) -> AsyncIterator[MessageStore]:
+    task = asyncio.create_task(store.run())
+    try:
+        yield store
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_append_then_read_back_in_queue_order(store: MessageStore) -> None:
+    for i in range(60):
+        store.append_message(message(f"m{i}".encode(), queue_id=i % 3))
+    for queue_id in range(3):
+        records = read_all(store, "TopicTest", queue_id)
+        assert [r.body for r in records] == [f"m{i}".encode() for i in range(queue_id, 60, 3)]
+        assert [r.queue_offset for r in records] == list(range(20))
+        assert store.max_offset_in_queue("TopicTest", queue_id) == 20
+
+
+def test_roll_pads_the_old_file_with_a_blank_record(store: MessageStore) -> None:
+    body = b"x" * 3000
+    results = [store.append_message(message(body)) for _ in range(30)]
+    files = store.commitlog.files.files
+    assert len(files) >= 2
+    first = files[0]
+    last_in_first = max((r for r in results if r.phy_offset < first.file_end_offset),
+                        key=lambda r: r.phy_offset)
+    blank_at = last_in_first.end_offset
+    size, magic = int.from_bytes(first.buf[blank_at:blank_at + 4], "big", signed=True), \
+        int.from_bytes(first.buf[blank_at + 4:blank_at + 8], "big", signed=True)
+    assert magic == BLANK_MAGIC_CODE
+    assert size == first.file_size - blank_at
+    assert files[1].path.name == f"{first.file_size:020d}"
+    assert [r.body for r in read_all(store, "TopicTest", 0)] == [body] * 30
+
+
+def test_batch_gets_consecutive_queue_offsets_and_contiguous_records(
+    store: MessageStore,
+) -> None:
+    store.append_message(message(b"single"))
+    result = store.append_batch(batch([f"b{i}".encode() for i in range(32)]))
+    assert result.queue_offset == 1
+    assert result.msg_count == 32
+    records = read_all(store, "TopicTest", 0)
+    assert [r.queue_offset for r in records] == list(range(33))
+    assert [r.body for r in records[1:]] == [f"b{i}".encode() for i in range(32)]
+    phys = [r.phy_offset for r in records[1:]]
+    assert phys[0] == result.phy_offset
+    assert all(b.phy_offset == a.phy_offset + a.total_size
+               for a, b in itertools.pairwise(records))
+    assert records[-1].phy_offset + records[-1].total_size == result.end_offset
+
+
+def test_clean_reopen_is_normal_recovery_and_continues_offsets(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "s")
+    store = MessageStore(config)
+    store.open()
+    for i in range(200):
+        store.append_message(message(os.urandom(500), queue_id=i % 2))
+    end = store.max_phy_offset
+    store.close()
+    assert not (config.store_path_root_dir / "abort").exists()
+
+    again = MessageStore(config)
+    report = again.open()
+    try:
+        assert not report.abnormal
+        assert not report.lost_committed
+        assert report.max_phy_offset == end == again.max_phy_offset
+        assert again.append_message(message(b"next", queue_id=1)).queue_offset == 100
+    finally:
+        again.close()
+
+
+def test_crash_image_recovers_every_appended_record(store: MessageStore, tmp_path: Path) -> None:
+    bodies = [os.urandom(100 + i * 37 % 2500) for i in range(150)]
+    for i, body in enumerate(bodies):
+        store.append_message(message(body, queue_id=i % 3))
+    image = crash_image(store.config.store_path_root_dir, tmp_path / "crash")
+    recovered = MessageStore(small_config(image))
+    report = recovered.open()
+    try:
+        assert report.abnormal
+        assert recovered.max_phy_offset == store.max_phy_offset
+        for queue_id in range(3):
+            assert [r.body for r in read_all(recovered, "TopicTest", queue_id)] == \
+                bodies[queue_id::3]
+    finally:
+        recovered.close()
+
+
+def test_truncate_then_short_append_never_resurrects_the_old_tail(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    """RocketMQ #10666: after a cut, a shorter record must not make stale records reappear."""
+    results = [store.append_message(message(b"a" * 200)) for _ in range(10)]
+    cut = results[4].phy_offset
+    store.truncate_to_blocking(cut)
+    assert store.max_phy_offset == cut
+    assert store.next_queue_offset("TopicTest", 0) == 4
+    # A shorter record, then crash: the old records 5..9 lie after it unless zeroed.
+    store.append_message(message(b"new"))
+    image = crash_image(store.config.store_path_root_dir, tmp_path / "crash")
+    recovered = MessageStore(small_config(image))
+    recovered.open()
+    try:
+        bodies = [r.body for r in read_all(recovered, "TopicTest", 0)]
+        assert bodies == [b"a" * 200] * 4 + [b"new"]
+    finally:
+        recovered.close()
+
+
+def test_truncate_must_land_on_a_record_boundary(store: MessageStore) -> None:
+    results = [store.append_message(message(b"abc")) for _ in range(3)]
+    with pytest.raises(DataInvariantError, match="record boundary"):
+        store.truncate_to_blocking(results[1].phy_offset + 5)
+    assert store.max_phy_offset == results[-1].end_offset
+
+
+def test_controller_mode_hides_records_past_confirm_offset(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s", enable_controller_mode=True))
+    store.open()
+    try:
+        results = [store.append_message(message(f"m{i}".encode())) for i in range(5)]
+        assert store.get_messages("TopicTest", 0, 0, max_count=10).status in (
+            GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
+        store.set_confirm_offset(results[2].end_offset)
+        assert [decode_record(m).body for m in
+                store.get_messages("TopicTest", 0, 0, max_count=10).messages] == \
+            [b"m0", b"m1", b"m2"]
+        with pytest.raises(DataInvariantError, match="below confirm_offset"):
+            store.truncate_to_blocking(results[1].phy_offset)
+        with pytest.raises(DataInvariantError, match="> max_phy_offset"):
+            store.set_confirm_offset(results[-1].end_offset + 1)
+        # Queue offsets count the undispatched records too (M5).
+        assert store.append_message(message(b"m5")).queue_offset == 5
+    finally:
+        store.close()
+
+
+def test_read_of_a_damaged_record_raises_and_serves_nothing(store: MessageStore) -> None:
+    result = store.append_message(message(b"precious"))
+    mapped = store.commitlog.files.files[0]
+    mapped.buf[result.phy_offset + 90] ^= 0xFF
+    with pytest.raises(RecordCorruptError, match="commitlog record at 0"):
+        store.get_messages("TopicTest", 0, 0, max_count=1)
+
+
+def test_offset_by_time_finds_the_first_message_at_or_after(tmp_path: Path) -> None:
+    clock = [1_000]
+    store = MessageStore(small_config(tmp_path / "s"), wall_ms=lambda: clock[0])
+    store.open()
+    try:
+        for i in range(50):
+            clock[0] = 1_000 + i * 10
+            store.append_message(message(b"t"))
+        assert store.offset_by_time("TopicTest", 0, 0) == 0
+        assert store.offset_by_time("TopicTest", 0, 1_000 + 25 * 10) == 25
+        assert store.offset_by_time("TopicTest", 0, 1_000 + 25 * 10 - 3) == 25
+        assert store.offset_by_time("TopicTest", 0, 10_000) == 50
+    finally:
+        store.close()
+
+
+def test_tag_filter_skips_other_tags(store: MessageStore) -> None:
+    from store.message_format import tags_code
+
+    for i in range(10):
+        store.append_message(message(f"{i}".encode(), tags="TagA" if i % 2 else "TagB"))
+    result = store.get_messages("TopicTest", 0, 0, max_count=10,
+                                tags_codes=frozenset({tags_code("TagA")}))
+    assert [decode_record(m).body for m in result.messages] == [b"1", b"3", b"5", b"7", b"9"]
+    assert result.queue_offsets == [1, 3, 5, 7, 9]
+
+
+def test_fenced_store_refuses_writes(store: MessageStore) -> None:
+    store.fenced = True
+    with pytest.raises(WriteRefusedError, match="fenced"):
+        store.append_message(message(b"x"))
+    assert store.max_phy_offset == 0
+
+
+async def test_sync_flush_group_commit_shares_msyncs(tmp_path: Path) -> None:
+    events: list[str] = []
+    testhooks.configure_journal(tmp_path, events.append)
+    try:
+        store = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH))
+        store.open()
+        async with running(store):
+            async with asyncio.timeout(10):
+                results = await asyncio.gather(
+                    *(store.put_message(message(os.urandom(200))) for _ in range(200))
+                )
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert store.commitlog.flushed_where >= max(r.append.end_offset for r in results)
+        syncs = [e for e in events if e.startswith("S ") and "commitlog" in e]
+        assert 1 <= len(syncs) < 100, f"{len(syncs)} msyncs for 200 appends: no group commit"
+        store.close()
+    finally:
+        testhooks.configure_journal(None)
+
+
+async def test_async_flush_put_returns_before_disk(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s", flush_interval_commit_log_ms=50,
+                                      flush_commit_log_least_pages=0))
+    store.open()
+    async with running(store):
+        result = await store.put_message(message(b"x" * 100))
+        assert result.status is PutStatus.PUT_OK
+        deadline = time.monotonic() + 5
+        while store.commitlog.flushed_where < result.append.end_offset:
+            assert time.monotonic() < deadline, "async flush never ran"
+            await asyncio.sleep(0.01)
+    store.close()
+
+
+async def test_retention_deletes_expired_files_and_moves_min_offsets(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s", file_reserved_time_h=1))
+    store.open()
+    try:
+        for _ in range(100):
+            store.append_message(message(b"r" * 3000))
+        files = store.commitlog.files.files
+        assert len(files) >= 4
+        old = time.time() - 2 * 3600
+        for mapped in files[:-1]:
+            os.utime(mapped.path, (old, old))
+        now_ms = int(time.time() * 1000)
+        deleted = await store.clean_expired_files(now_ms=now_ms, current_hour=4)
+        assert deleted == len(files) - 1 or deleted > 0
+        assert store.min_phy_offset == store.commitlog.files.files[0].file_from_offset > 0
+        low = store.min_offset_in_queue("TopicTest", 0)
+        assert low > 0
+        assert store.get_messages("TopicTest", 0, 0, max_count=1).status is \
+            GetStatus.OFFSET_TOO_SMALL
+        first = store.get_messages("TopicTest", 0, low, max_count=1)
+        assert decode_record(first.messages[0]).phy_offset >= store.min_phy_offset
+        # Outside deleteWhen hours and with free disk, nothing expires.
+        assert await store.clean_expired_files(now_ms=now_ms, current_hour=5) == 0
+    finally:
+        store.close()
