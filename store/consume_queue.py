@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from store.errors import DataInvariantError
-from store.mapped_file import MappedFile
+from store import testhooks
+from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,16 @@ CqUnits = npt.NDArray[np.void]
 class ConsumeQueue:
     """The units of one (topic, queue_id); offsets in the API are logical queue offsets."""
 
-    __slots__ = ("_files", "max_phy_offset", "min_logic_offset", "queue_id", "topic")
+    __slots__ = (
+        "_files",
+        "_next_offset",
+        "_spares",
+        "_write_end",
+        "max_phy_offset",
+        "min_logic_offset",
+        "queue_id",
+        "topic",
+    )
 
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
@@ -55,6 +65,11 @@ class ConsumeQueue:
         # End (phyOffset + size) of the last unit: re-dispatch below it is a no-op.
         self.max_phy_offset = 0
         self.min_logic_offset = 0
+        # Files created ahead for a batch that crosses into them (see prepare_for).
+        self._spares: list[MappedFile] = []
+        # Cached write cursor: the next queue offset and the end of the last file in bytes.
+        self._next_offset = 0
+        self._write_end = 0
 
     # ---------------------------------------------------------------- load and recovery
 
@@ -83,6 +98,7 @@ class ConsumeQueue:
             stop.wrote_position = stop.flushed_position = end_offset - stop.file_from_offset
         else:
             self._files.truncate_dirty(end_offset)
+        self._sync_cursor()
         self._recompute_max_phy()
         self.min_logic_offset = self._first_real_unit_offset()
 
@@ -115,7 +131,7 @@ class ConsumeQueue:
     @property
     def max_offset(self) -> int:
         """Next queue offset to be written (RocketMQ maxOffsetInQueue)."""
-        return self._files.max_offset // CQ_UNIT_SIZE
+        return self._next_offset
 
     @property
     def min_offset_in_files(self) -> int:
@@ -137,9 +153,16 @@ class ConsumeQueue:
             mapped = self._files.create_file(start)
             if position > start:
                 self._fill_pre_blank(mapped, position - start)
+            self._sync_cursor()
             return mapped
         if position == last.file_end_offset:
-            return self._files.create_file(position)
+            if self._spares and self._spares[0].file_from_offset == position:
+                mapped = self._spares.pop(0)
+                self._files.adopt_file(mapped)
+            else:
+                mapped = self._files.create_file(position)
+            self._sync_cursor()
+            return mapped
         raise DataInvariantError(
             f"consume queue {self.topic}/{self.queue_id}: write at byte {position} outside the "
             f"last file [{last.file_from_offset}, {last.file_end_offset})"
@@ -155,10 +178,16 @@ class ConsumeQueue:
         del units
         mapped.wrote_position = up_to
 
+    def _sync_cursor(self) -> None:
+        """Recompute the cached write cursor after the file list changed."""
+        self._next_offset = self._files.max_offset // CQ_UNIT_SIZE
+        last = self._files.last
+        self._write_end = last.file_end_offset if last is not None else 0
+
     def _check_append(self, queue_offset: int, phy_offset: int) -> bool:
         """True to write; False to skip an idempotent re-dispatch; raises on a gap."""
-        expected = self.max_offset
-        if queue_offset == expected or (expected == 0 and not self._files.files):
+        expected = self._next_offset
+        if queue_offset == expected or not self._files.files:
             return True
         if queue_offset < expected and phy_offset < self.max_phy_offset:
             return False
@@ -169,29 +198,40 @@ class ConsumeQueue:
 
     def prepare_for(self, queue_offset: int, count: int = 1) -> None:
         """Create the file(s) units [queue_offset, queue_offset+count) will go into, so that a
-        full disk refuses an append before its record reaches the commitlog."""
-        last = self._files.last
+        full disk refuses an append before its record reaches the commitlog.
+
+        Files past the current one are kept aside (not yet part of the queue, whose max offset
+        is derived from its last file) until the writer reaches them.
+        """
         end = (queue_offset + count) * CQ_UNIT_SIZE
-        if last is not None and end <= last.file_end_offset:
+        if end <= self._write_end:
             return
-        if self._files.files and queue_offset != self.max_offset:
+        if self._files.files and queue_offset != self._next_offset:
             return  # not the next unit (dispatch lags in controller mode): nothing to prepare
-        position = queue_offset * CQ_UNIT_SIZE
-        while True:
-            mapped = self._file_for_write(position)
-            if end <= mapped.file_end_offset:
-                return
-            position = mapped.file_end_offset
+        if not self._files.files:
+            self._file_for_write(queue_offset * CQ_UNIT_SIZE)
+        file_size = self._files.file_size
+        next_start = self._spares[-1].file_end_offset if self._spares else self._write_end
+        while next_start < end:
+            self._files.directory.mkdir(parents=True, exist_ok=True)
+            self._spares.append(
+                MappedFile.create(self._files.directory / offset_to_file_name(next_start),
+                                  file_size)
+            )
+            next_start += file_size
 
     def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
         """Append one unit (dispatch of one record)."""
-        if not self._check_append(queue_offset, phy_offset):
+        if queue_offset != self._next_offset and not self._check_append(queue_offset, phy_offset):
             return
         position = queue_offset * CQ_UNIT_SIZE
         mapped = self._file_for_write(position)
         pos = position - mapped.file_from_offset
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("cq.write")
         CQ_UNIT_STRUCT.pack_into(mapped.buf, pos, phy_offset, size, tags_code)
         mapped.wrote_position = pos + CQ_UNIT_SIZE
+        self._next_offset = queue_offset + 1
         self.max_phy_offset = phy_offset + size
 
     def put_batch(
@@ -214,6 +254,8 @@ class ConsumeQueue:
             pos = position - mapped.file_from_offset
             room = (mapped.file_size - pos) // CQ_UNIT_SIZE
             n = min(room, count - done)
+            if testhooks.FAULTS_ON:
+                testhooks.fault_point("cq.write")
             units = mapped.numpy_view(CQ_UNIT)[pos // CQ_UNIT_SIZE : pos // CQ_UNIT_SIZE + n]
             units["phy_offset"] = phy_offsets[done : done + n]
             units["size"] = sizes[done : done + n]
@@ -221,7 +263,13 @@ class ConsumeQueue:
             del units
             mapped.wrote_position = pos + n * CQ_UNIT_SIZE
             done += n
+            self._next_offset = queue_offset + n
         self.max_phy_offset = int(phy_offsets[-1]) + int(sizes[-1])
+
+    def _drop_spares(self) -> None:
+        for spare in self._spares:
+            spare.destroy()
+        self._spares.clear()
 
     # ---------------------------------------------------------------- reads
 
@@ -281,7 +329,9 @@ class ConsumeQueue:
                 "truncating consume queue topic=%s queue_id=%d from_offset=%d to_offset=%d",
                 self.topic, self.queue_id, self.max_offset, low,
             )
+            self._drop_spares()
             self._files.truncate_dirty(low * CQ_UNIT_SIZE)
+            self._sync_cursor()
             self._recompute_max_phy()
 
     def delete_expired(self, min_phy_offset: int) -> int:
@@ -314,9 +364,13 @@ class ConsumeQueue:
                 mapped.flush()
 
     def destroy(self) -> None:
+        self._drop_spares()
         self._files.destroy_all()
+        self._sync_cursor()
         self.max_phy_offset = 0
         self.min_logic_offset = 0
 
     def close(self) -> None:
+        # A spare is empty: removing it keeps the directory exactly what a Java broker expects.
+        self._drop_spares()
         self._files.close()

@@ -34,6 +34,8 @@ from store.commitlog import CommitLog
 from store.config import FlushDiskType, StoreConfig
 from store.consume_queue import FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.epoch_cache import EpochCache
+from store.epoch_file import EpochFileSource, read_epoch_file, write_epoch_file
 from store.errors import DataInvariantError, DiskFullError, WriteRefusedError
 from store.mapped_file import MappedFile
 from store.message_format import (
@@ -146,6 +148,8 @@ class MessageStore:
         self._lock = StoreLock(root / "lock")
         self._abort = AbortFile(root / "abort")
         self._checkpoint_path = root / "checkpoint"
+        self.epoch_file_path = root / "epochFileCheckpoint"
+        self.epoch_cache = EpochCache()
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._reput_from = 0
         self._confirm_offset = 0
@@ -175,6 +179,7 @@ class MessageStore:
         testhooks.set_journal_root(root)
         try:
             report = self._load_and_recover()
+            self._load_epoch_file(report.max_phy_offset)
         except BaseException:
             self._lock.release()
             raise
@@ -254,6 +259,32 @@ class MessageStore:
             checkpoint_confirm_offset=stored_confirm, confirm_offset=self._confirm_offset,
             lost_committed=lost_committed, elapsed_s=time.monotonic() - started,
         )
+
+    def _load_epoch_file(self, max_phy_offset: int) -> None:
+        """Load the epoch entries and drop those the recovered commitlog no longer covers (M8).
+
+        Both the file and its `.bak` unreadable is an `EpochFileUnreadableError`: the store does
+        not open (an empty cache would silently skip a slave's truncation).
+        """
+        loaded = read_epoch_file(self.epoch_file_path)
+        if loaded.source is EpochFileSource.BAK:
+            log.warning("epoch file unusable, using its .bak path=%s problem=%s",
+                        self.epoch_file_path, loaded.main_problem)
+        cache = EpochCache(loaded.entries)
+        trimmed = cache.drop_beyond(max_phy_offset)
+        if trimmed != cache or loaded.source is EpochFileSource.BAK:
+            if trimmed != cache:
+                log.warning("dropping epoch entries beyond max_phy_offset=%d old=%s new=%s",
+                            max_phy_offset, cache, trimmed)
+            write_epoch_file(self.epoch_file_path, trimmed.entries)
+        self.epoch_cache = trimmed
+
+    def append_epoch_blocking(self, epoch: int, start_offset: int) -> None:
+        """Persist a new epoch entry, then adopt it (a new master does this before accepting
+        writes). Raises `DataInvariantError` if the epoch does not increase. Blocking."""
+        updated = self.epoch_cache.append(epoch, start_offset)
+        write_epoch_file(self.epoch_file_path, updated.entries)
+        self.epoch_cache = updated
 
     def _scan_and_dispatch(
         self, files: list[MappedFile], firsts: list[FirstRecord], start_index: int, *,
@@ -656,8 +687,14 @@ class MessageStore:
                     f"truncate to phy_offset={phy_offset}: not a record boundary ({check.reason})"
                 )
         old_max = self.commitlog.max_phy_offset
+        # Durable order: consume queues and commitlog cut (and fsynced) first, then the epoch
+        # file, so a crash in between never leaves epochs describing bytes that are gone.
         self.consume_queues.truncate_by_phy(phy_offset)
         self.commitlog.truncate_dirty(phy_offset)
+        trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
+        if trimmed != self.epoch_cache:
+            write_epoch_file(self.epoch_file_path, trimmed.entries)
+            self.epoch_cache = trimmed
         self._reput_from = min(self._reput_from, phy_offset)
         self._confirm_offset = min(self._confirm_offset, phy_offset)
         self._rebuild_queue_offsets()

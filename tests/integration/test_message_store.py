@@ -271,3 +271,77 @@ async def test_retention_deletes_expired_files_and_moves_min_offsets(tmp_path: P
         assert await store.clean_expired_files(now_ms=now_ms, current_hour=5) == 0
     finally:
         store.close()
+
+
+def test_epoch_entries_beyond_the_recovered_log_are_dropped(tmp_path: Path) -> None:
+    from store.epoch_file import read_epoch_file
+
+    config = small_config(tmp_path / "s")
+    store = MessageStore(config)
+    store.open()
+    store.append_epoch_blocking(1, 0)
+    end = store.append_message(message(b"a" * 100)).end_offset
+    store.append_epoch_blocking(2, end)
+    store.append_message(message(b"b" * 100))
+    # Epoch 3 claims bytes the log never got (as after a power loss took the tail).
+    store.append_epoch_blocking(3, store.max_phy_offset + 1000)
+    store.close()
+    again = MessageStore(config)
+    again.open()
+    try:
+        assert [(e.epoch, e.start_offset) for e in again.epoch_cache] == [(1, 0), (2, end)]
+        on_disk = read_epoch_file(again.epoch_file_path).entries
+        assert [(e.epoch, e.start_offset) for e in on_disk] == [(1, 0), (2, end)]
+        # Truncation cuts the epoch suffix after the commitlog: an epoch starting at or after
+        # the cut has no bytes left (RocketMQ's truncateSuffixByOffset).
+        again.truncate_to_blocking(end)
+        assert [(e.epoch, e.start_offset) for e in again.epoch_cache] == [(1, 0)]
+        assert [(e.epoch, e.start_offset) for e in
+                read_epoch_file(again.epoch_file_path).entries] == [(1, 0)]
+    finally:
+        again.close()
+
+
+def test_unreadable_epoch_file_and_bak_refuse_to_open(tmp_path: Path) -> None:
+    from store.errors import EpochFileUnreadableError
+
+    config = small_config(tmp_path / "s")
+    store = MessageStore(config)
+    store.open()
+    store.append_epoch_blocking(1, 0)
+    store.append_epoch_blocking(2, 0)
+    store.close()
+    (config.store_path_root_dir / "epochFileCheckpoint").write_text("2\n1\n1-0\n2-0\n")
+    (config.store_path_root_dir / "epochFileCheckpoint.bak").write_text("1\n999\n1-0\n")
+    with pytest.raises(EpochFileUnreadableError):
+        MessageStore(config).open()
+    # The failed open released the lock: a fixed file opens.
+    (config.store_path_root_dir / "epochFileCheckpoint.bak").unlink()
+    (config.store_path_root_dir / "epochFileCheckpoint").write_text("1\n0\n1-0\n")
+    fixed = MessageStore(config)
+    fixed.open()
+    assert fixed.epoch_cache.last_epoch() == 1
+    fixed.close()
+
+
+def test_batch_crossing_a_consume_queue_file_boundary(tmp_path: Path) -> None:
+    """A batch whose units spill into the next consume-queue file (100 units per file here)."""
+    config = small_config(tmp_path / "s")
+    store = MessageStore(config)
+    store.open()
+    for _ in range(3):
+        store.append_batch(batch([b"x"] * 30))
+    assert store.max_offset_in_queue("TopicTest", 0) == 90
+    result = store.append_batch(batch([b"y"] * 32))  # units 90..121 cross offset 100
+    assert result.queue_offset == 90
+    assert store.max_offset_in_queue("TopicTest", 0) == 122
+    records = read_all(store, "TopicTest", 0)
+    assert [r.queue_offset for r in records] == list(range(122))
+    store.close()
+    again = MessageStore(config)
+    again.open()
+    try:
+        assert again.max_offset_in_queue("TopicTest", 0) == 122
+        assert [r.body for r in read_all(again, "TopicTest", 0)][-32:] == [b"y"] * 32
+    finally:
+        again.close()
