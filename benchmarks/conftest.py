@@ -1,0 +1,38 @@
+"""Benchmark helpers: a peer measured in the same run, and a figures table printed at the end."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+FIGURES: list[str] = []
+
+
+def median_seconds(fn: Callable[[], object], *, rounds: int,
+                   setup: Callable[[], object] | None = None) -> float:
+    """Median wall time of `fn` over `rounds` runs (the same method for pyrmq and its peer)."""
+    times: list[float] = []
+    for _ in range(rounds):
+        if setup is not None:
+            setup()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def record(line: str) -> None:
+    print(line)
+    FIGURES.append(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _print_figures() -> Iterator[None]:
+    yield
+    if FIGURES:
+        print("\n==== pyrmq benchmark figures (ratios against a peer measured in the same run)")
+        for line in FIGURES:
+            print(line)

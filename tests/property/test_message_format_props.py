@@ -1,0 +1,460 @@
+"""Commitlog record codec, for every input: hot path == cold path == construct spec."""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from typing import Any
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from store.errors import MessageIllegalError
+from store.message_format import (
+    BATCH_ENTRY_SPEC,
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    PROPERTY_CRC_NAME,
+    RECORD_SPEC,
+    CheckStatus,
+    HostPort,
+    MessageRecord,
+    check_record,
+    decode_batch_body,
+    decode_record,
+    encode_properties,
+    encode_record,
+    java_string_hash,
+    make_record,
+    normalize_properties,
+    parse_properties,
+    prepare_batch,
+    prepare_message,
+    tags_code,
+    write_batch,
+    write_record,
+)
+
+MAX_MESSAGE_SIZE = 1024 * 1024
+
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+ports = st.integers(0, 65535)
+hosts = st.one_of(
+    st.builds(HostPort, st.binary(min_size=4, max_size=4), ports),
+    st.builds(HostPort, st.binary(min_size=16, max_size=16), ports),
+)
+TOPIC_CHARS = string.ascii_letters + string.digits + "%|_-"
+# Any character UTF-8 can encode (no lone surrogates).
+unicode_chars = st.characters(codec="utf-8")
+topics = st.one_of(
+    st.text(TOPIC_CHARS, min_size=1, max_size=127),
+    # Unicode topics: V1, or V2 once the UTF-8 bytes exceed 127.
+    st.text(unicode_chars, min_size=1, max_size=127),
+    st.text(unicode_chars, min_size=64, max_size=127),
+    # POP retry topics beyond 127 chars: V2.
+    st.text(TOPIC_CHARS, min_size=121, max_size=248).map(lambda t: "%RETRY%" + t),
+)
+bodies = st.one_of(st.just(b""), st.binary(max_size=2000))
+property_names = st.text(
+    unicode_chars.filter(lambda c: c not in "\x01\x02"), min_size=1, max_size=12
+)
+property_values = st.text(unicode_chars.filter(lambda c: c != "\x02"), min_size=1, max_size=40)
+property_maps = st.dictionaries(
+    st.one_of(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", PROPERTY_CRC_NAME]), property_names),
+    property_values,
+    max_size=6,
+)
+# Raw property strings made of the pieces that matter to the parsing rules.
+raw_properties = st.lists(
+    st.sampled_from(
+        [b"TAGS", b"__CRC32#", b"\x01", b"\x02", b"a", b"B", "\u00e9".encode(), b"\xff"]
+    ),
+    max_size=16,
+).map(b"".join)
+properties = st.one_of(property_maps.map(encode_properties), raw_properties)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> dict[str, Any]:
+    """Keyword arguments of prepare_message, without the limits."""
+    return {
+        "topic": draw(topics),
+        "queue_id": draw(i32),
+        "flag": draw(i32),
+        "body": draw(bodies),
+        "properties": draw(properties),
+        "sys_flag": draw(i32),
+        "born_timestamp": draw(i64),
+        "born_host": draw(hosts),
+        "store_host": draw(hosts),
+        "reconsume_times": draw(i32),
+        "prepared_transaction_offset": draw(i64),
+    }
+
+
+def written(buf_size_extra: int, write: Any, size: int) -> bytes:
+    buf = bytearray(b"\xee" * (size + buf_size_extra))
+    assert write(buf, 7) == size
+    assert buf[:7] == b"\xee" * 7
+    assert buf[7 + size :] == b"\xee" * (buf_size_extra - 7)
+    return bytes(buf[7 : 7 + size])
+
+
+def spec_fields(record: MessageRecord) -> dict[str, Any]:
+    return dataclasses.asdict(record)
+
+
+def expected_record(
+    message: dict[str, Any],
+    *,
+    append_prop_crc: bool,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+) -> MessageRecord:
+    """The record the broker should store, built on the cold path."""
+    fields = dict(message)
+    raw = fields.pop("properties")
+    return make_record(
+        **fields,
+        properties=normalize_properties(raw) if append_prop_crc else raw,
+        queue_offset=queue_offset,
+        phy_offset=phy_offset,
+        store_timestamp=store_timestamp,
+        append_prop_crc=append_prop_crc,
+    )
+
+
+@given(
+    message=messages(),
+    append_prop_crc=st.booleans(),
+    queue_offset=i64,
+    phy_offset=i64,
+    store_timestamp=i64,
+)
+def test_write_record_equals_make_record_and_the_spec(
+    message: dict[str, Any],
+    append_prop_crc: bool,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+) -> None:
+    msg = prepare_message(
+        **message, append_prop_crc=append_prop_crc, max_message_size=MAX_MESSAGE_SIZE
+    )
+    got = written(
+        20,
+        lambda buf, pos: write_record(
+            buf,
+            pos,
+            msg,
+            queue_offset=queue_offset,
+            phy_offset=phy_offset,
+            store_timestamp=store_timestamp,
+        ),
+        msg.total_size,
+    )
+    record = expected_record(
+        message,
+        append_prop_crc=append_prop_crc,
+        queue_offset=queue_offset,
+        phy_offset=phy_offset,
+        store_timestamp=store_timestamp,
+    )
+    assert got == encode_record(record)
+    assert got == RECORD_SPEC.build(spec_fields(record))
+    assert decode_record(got) == record
+    expected_magic = (
+        MAGIC_CODE_V2
+        if len(message["topic"]) > 127 or len(message["topic"].encode()) > 127
+        else MAGIC_CODE_V1
+    )
+    assert record.magic_code == expected_magic
+    assert (
+        record.sys_flag & 0x30 == message["born_host"].is_v6 << 4 | message["store_host"].is_v6 << 5
+    )
+    result = check_record(
+        got,
+        0,
+        limit=len(got),
+        expected_phy_offset=phy_offset,
+        check_body_crc=True,
+        verify_prop_crc=append_prop_crc,
+    )
+    assert result.status is CheckStatus.VALID, result.reason
+    assert (result.size, result.topic, result.queue_id, result.queue_offset) == (
+        msg.total_size,
+        message["topic"],
+        message["queue_id"],
+        queue_offset,
+    )
+    assert (result.store_timestamp, result.sys_flag, result.phy_offset) == (
+        store_timestamp,
+        msg.sys_flag,
+        phy_offset,
+    )
+    expected_tags_code = tags_code(parse_properties(record.properties).get("TAGS"))
+    assert result.tags_code == msg.tags_code == expected_tags_code
+
+
+@st.composite
+def records(draw: st.DrawFn, *, append_prop_crc: bool | None = None) -> MessageRecord:
+    """Consistent records, either magic code where the topic fits V1."""
+    message = draw(messages())
+    topic_bytes = len(message["topic"].encode())
+    magic_code = draw(
+        st.sampled_from([MAGIC_CODE_V1, MAGIC_CODE_V2] if topic_bytes <= 127 else [MAGIC_CODE_V2])
+    )
+    if append_prop_crc is None:
+        append_prop_crc = draw(st.booleans())
+    if append_prop_crc:
+        message["properties"] = normalize_properties(message["properties"])
+    return make_record(
+        **message,
+        magic_code=magic_code,
+        queue_offset=draw(i64),
+        phy_offset=draw(i64),
+        store_timestamp=draw(i64),
+        append_prop_crc=append_prop_crc,
+    )
+
+
+@given(record=records())
+def test_decode_inverts_encode(record: MessageRecord) -> None:
+    encoded = encode_record(record)
+    assert decode_record(encoded) == record
+    assert decode_record(b"xyz" + encoded, 3) == record
+    parsed = RECORD_SPEC.parse(encoded)
+    assert parsed.body == record.body
+    assert parsed.topic == record.topic
+    assert parsed.properties == record.properties
+    assert HostPort(parsed.store_host.ip, parsed.store_host.port) == record.store_host
+
+
+@given(
+    topic=st.text(TOPIC_CHARS, min_size=1, max_size=127),
+    inner=st.lists(st.tuples(i32, bodies, properties), min_size=1, max_size=6),
+    sys_flag=i32,
+    born_timestamp=i64,
+    born_host=hosts,
+    store_host=hosts,
+    reconsume_times=i32,
+    append_prop_crc=st.booleans(),
+    first_queue_offset=st.integers(0, 2**40),
+    phy_offset=st.integers(0, 2**50),
+)
+def test_write_batch_equals_the_single_records_back_to_back(
+    topic: str,
+    inner: list[tuple[int, bytes, bytes]],
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostPort,
+    store_host: HostPort,
+    reconsume_times: int,
+    append_prop_crc: bool,
+    first_queue_offset: int,
+    phy_offset: int,
+) -> None:
+    common: dict[str, Any] = {
+        "topic": topic,
+        "queue_id": 3,
+        "sys_flag": sys_flag,
+        "born_timestamp": born_timestamp,
+        "born_host": born_host,
+        "store_host": store_host,
+        "reconsume_times": reconsume_times,
+        "append_prop_crc": append_prop_crc,
+        "max_message_size": MAX_MESSAGE_SIZE,
+    }
+    batch = prepare_batch(inner=inner, **common)
+    got = written(
+        9,
+        lambda buf, pos: write_batch(
+            buf,
+            pos,
+            batch,
+            first_queue_offset=first_queue_offset,
+            phy_offset=phy_offset,
+            store_timestamp=5,
+        ),
+        batch.total_size,
+    )
+    expected = []
+    offset = phy_offset
+    for index, (flag, body, props) in enumerate(inner):
+        msg = prepare_message(flag=flag, body=body, properties=props, **common)
+        record = written(
+            7,
+            lambda buf, pos, msg=msg, offset=offset, index=index: write_record(
+                buf,
+                pos,
+                msg,
+                queue_offset=first_queue_offset + index,
+                phy_offset=offset,
+                store_timestamp=5,
+            ),
+            msg.total_size,
+        )
+        assert batch.tags_codes[index] == msg.tags_code
+        assert batch.properties[index] == msg.properties
+        expected.append(record)
+        offset += len(record)
+    assert got == b"".join(expected)
+    assert batch.sizes.tolist() == [len(r) for r in expected]
+    assert batch.count == len(inner)
+    assert batch.total_size == offset - phy_offset
+
+
+def java_properties_twin(text: str) -> dict[str, str]:
+    """`string2messageProperties` transcribed index by index (the naive twin of the parser)."""
+    result: dict[str, str] = {}
+    index = 0
+    while index < len(text):
+        new_index = text.find("\x02", index)
+        if new_index < 0:
+            new_index = len(text)
+        if new_index - index >= 3:
+            kv_index = text.find("\x01", index)
+            if index < kv_index < new_index - 1:
+                result[text[index:kv_index]] = text[kv_index + 1 : new_index]
+        index = new_index + 1
+    return result
+
+
+@given(raw=st.one_of(raw_properties, st.binary(max_size=60)))
+def test_parse_properties_matches_the_java_loop(raw: bytes) -> None:
+    assert parse_properties(raw) == java_properties_twin(raw.decode("utf-8", "replace"))
+
+
+@given(props=property_maps.filter(lambda m: PROPERTY_CRC_NAME not in m))
+def test_parse_inverts_encode_properties(props: dict[str, str]) -> None:
+    assert parse_properties(encode_properties(props)) == props
+
+
+@given(raw=st.one_of(raw_properties, property_maps.map(encode_properties)))
+def test_normalize_properties_drops_only_the_crc_property(raw: bytes) -> None:
+    normalized = normalize_properties(raw)
+    expected = {k: v for k, v in parse_properties(raw).items() if k != PROPERTY_CRC_NAME}
+    assert parse_properties(normalized) == expected
+    assert normalized == b"" or normalized.endswith(b"\x02")
+    assert not any(s.startswith(b"__CRC32#\x01") for s in normalized.split(b"\x02"))
+    assert normalize_properties(normalized) == normalized
+
+
+@given(raw=raw_properties, append_prop_crc=st.booleans())
+def test_tags_code_is_the_hash_of_the_tags_java_parses(raw: bytes, append_prop_crc: bool) -> None:
+    msg = prepare_message(
+        topic="T",
+        queue_id=0,
+        flag=0,
+        body=b"",
+        properties=raw,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HostPort(bytes(4), 1),
+        store_host=HostPort(bytes(4), 2),
+        append_prop_crc=append_prop_crc,
+        max_message_size=MAX_MESSAGE_SIZE,
+    )
+    expected = tags_code(parse_properties(msg.properties).get("TAGS"))
+    assert msg.tags_code == expected
+    buf = bytearray(msg.total_size)
+    write_record(buf, 0, msg, queue_offset=0, phy_offset=0, store_timestamp=0)
+    result = check_record(
+        buf, 0, limit=len(buf), expected_phy_offset=0, check_body_crc=True, verify_prop_crc=False
+    )
+    assert result.tags_code == expected
+
+
+@given(text=st.text(unicode_chars, max_size=30))
+def test_java_string_hash_matches_the_polynomial(text: str) -> None:
+    units = text.encode("utf-16-be")
+    codes = [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]
+    value = sum(c * 31 ** (len(codes) - 1 - i) for i, c in enumerate(codes)) % 2**32
+    assert java_string_hash(text) == (value - 2**32 if value >= 2**31 else value)
+
+
+@given(
+    data=st.binary(max_size=400),
+    pos=st.integers(0, 400),
+    limit_cut=st.integers(0, 400),
+    check_body_crc=st.booleans(),
+    verify_prop_crc=st.booleans(),
+    expected_phy_offset=st.one_of(st.none(), i64),
+)
+def test_check_record_never_raises_on_arbitrary_bytes(
+    data: bytes,
+    pos: int,
+    limit_cut: int,
+    check_body_crc: bool,
+    verify_prop_crc: bool,
+    expected_phy_offset: int | None,
+) -> None:
+    assume(pos <= len(data))
+    limit = max(pos, len(data) - limit_cut)
+    result = check_record(
+        data,
+        pos,
+        limit=limit,
+        expected_phy_offset=expected_phy_offset,
+        check_body_crc=check_body_crc,
+        verify_prop_crc=verify_prop_crc,
+    )
+    assert (result.size == 0) == (result.status is CheckStatus.INVALID)
+    assert pos + result.size <= limit
+
+
+def check_all(buf: bytes | bytearray, *, verify_prop_crc: bool) -> CheckStatus:
+    return check_record(
+        buf,
+        0,
+        limit=len(buf),
+        expected_phy_offset=None,
+        check_body_crc=True,
+        verify_prop_crc=verify_prop_crc,
+    ).status
+
+
+@given(
+    record=records(append_prop_crc=True),
+    damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_damaged_records_never_raise_and_fail_the_record_crc(
+    record: MessageRecord, damage: list[tuple[int, int]]
+) -> None:
+    encoded = encode_record(record)
+    assert check_all(encoded, verify_prop_crc=True) is CheckStatus.VALID
+    damaged = bytearray(encoded)
+    for where, value in damage:
+        damaged[where % len(damaged)] = value
+    assume(damaged != encoded)
+    check_all(damaged, verify_prop_crc=False)  # may pass: only the body is covered then
+    assert check_all(damaged, verify_prop_crc=True) is CheckStatus.INVALID
+
+
+@given(inner=st.lists(st.tuples(i32, st.binary(max_size=50), properties), max_size=5))
+def test_decode_batch_body_inverts_the_spec(inner: list[tuple[int, bytes, bytes]]) -> None:
+    body = b"".join(
+        BATCH_ENTRY_SPEC.build(
+            {
+                "total_size": 22 + len(b) + len(p),
+                "magic_code": 0,
+                "body_crc": 0,
+                "flag": f,
+                "body": b,
+                "properties": p,
+            }
+        )
+        for f, b, p in inner
+    )
+    assert decode_batch_body(body) == inner
+
+
+@given(data=st.binary(max_size=120))
+def test_decode_batch_body_on_arbitrary_bytes_returns_or_refuses(data: bytes) -> None:
+    try:
+        messages_ = decode_batch_body(data)
+    except MessageIllegalError:
+        return
+    assert sum(22 + len(b) + len(p) for _, b, p in messages_) == len(data)
