@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
 
 FIGURES: list[str] = []
 
@@ -22,6 +23,16 @@ def median_seconds(fn: Callable[[], object], *, rounds: int,
         fn()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def pedantic_median(benchmark: BenchmarkFixture, fn: Callable[..., object], *,
+                    setup: Callable[[], tuple[tuple[object, ...], dict[str, object]]],
+                    rounds: int) -> float:
+    """Run `fn` under pytest-benchmark (one call per round) and return the median seconds."""
+    benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1)  # type: ignore[no-untyped-call]
+    stats = benchmark.stats
+    assert stats is not None
+    return float(stats.stats.median)
 
 
 def record(line: str) -> None:

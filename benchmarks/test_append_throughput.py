@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from benchmarks.conftest import median_seconds, record
+from benchmarks.conftest import median_seconds, pedantic_median, record
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.support.store_helpers import batch, message
@@ -58,7 +58,7 @@ class Fresh:
         store.append_message(message(b"warm-up"))
         store.commitlog.files.files[-1].populate(256 * 1024 * 1024)
         for queue in store.consume_queues:
-            for mapped in queue._files.files:  # noqa: SLF001 - benchmark warms the CQ too
+            for mapped in queue._files.files:
                 mapped.populate(mapped.file_size)
         self.store = store
         return store
@@ -87,19 +87,16 @@ def _figure(name: str, seconds: float, messages: int, nbytes: int, peer_seconds:
 
 def test_single_append_1kib(benchmark: BenchmarkFixture, fresh: Fresh, tmp_path: Path) -> None:
     msg = message(os.urandom(BODY_BYTES))
-    stores: list[MessageStore] = []
 
-    def setup() -> tuple[tuple[MessageStore], dict[str, object]]:
-        stores.append(fresh.make())
-        return (stores[-1],), {}
+    def setup() -> tuple[tuple[object, ...], dict[str, object]]:
+        return (fresh.make(),), {}
 
     def run(store: MessageStore) -> None:
         append = store.append_message
         for _ in range(MESSAGES):
             append(msg)
 
-    benchmark.pedantic(run, setup=setup, rounds=ROUNDS, iterations=1)
-    seconds = benchmark.stats.stats.median
+    seconds = pedantic_median(benchmark, run, setup=setup, rounds=ROUNDS)
     size = msg.total_size
     raw = WarmMmap(tmp_path / "raw", MESSAGES * size + 4096)
     payload = os.urandom(size)
@@ -120,7 +117,7 @@ def test_batch_append_32x1kib(benchmark: BenchmarkFixture, fresh: Fresh, tmp_pat
     encoded = batch([os.urandom(BODY_BYTES) for _ in range(BATCH)])
     batches = MESSAGES // BATCH
 
-    def setup() -> tuple[tuple[MessageStore], dict[str, object]]:
+    def setup() -> tuple[tuple[object, ...], dict[str, object]]:
         return (fresh.make(),), {}
 
     def run(store: MessageStore) -> None:
@@ -128,8 +125,7 @@ def test_batch_append_32x1kib(benchmark: BenchmarkFixture, fresh: Fresh, tmp_pat
         for _ in range(batches):
             append(encoded)
 
-    benchmark.pedantic(run, setup=setup, rounds=ROUNDS, iterations=1)
-    seconds = benchmark.stats.stats.median
+    seconds = pedantic_median(benchmark, run, setup=setup, rounds=ROUNDS)
     size = encoded.total_size
     raw = WarmMmap(tmp_path / "raw", batches * size + 4096)
     payload = os.urandom(size)

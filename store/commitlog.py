@@ -38,6 +38,9 @@ END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
 WARM_CHUNK_BYTES: Final = 16 * 1024 * 1024
+# With fault points on, a record reaches the mapping in two copies, this fixed prefix first (up to
+# BODYLENGTH for IPv4 hosts), so "commitlog.append.after_header" can stop a writer half-way.
+FAULT_HEADER_BYTES: Final = 88
 
 
 class CommitLog:
@@ -108,10 +111,18 @@ class CommitLog:
         mapped = self._file_for(msg.total_size)
         pos = mapped.wrote_position
         phy_offset = mapped.file_from_offset + pos
-        write_record(
-            mapped.buf, pos, msg,
-            queue_offset=queue_offset, phy_offset=phy_offset, store_timestamp=store_timestamp,
-        )
+        if testhooks.FAULTS_ON:
+            scratch = bytearray(msg.total_size)
+            write_record(
+                scratch, 0, msg,
+                queue_offset=queue_offset, phy_offset=phy_offset, store_timestamp=store_timestamp,
+            )
+            _copy_in_two_steps(mapped, pos, scratch)
+        else:
+            write_record(
+                mapped.buf, pos, msg,
+                queue_offset=queue_offset, phy_offset=phy_offset, store_timestamp=store_timestamp,
+            )
         if testhooks.FAULTS_ON:
             testhooks.fault_point("commitlog.append.before_position")
         mapped.wrote_position = pos + msg.total_size
@@ -124,11 +135,20 @@ class CommitLog:
         mapped = self._file_for(batch.total_size)
         pos = mapped.wrote_position
         phy_offset = mapped.file_from_offset + pos
-        write_batch(
-            mapped.buf, pos, batch,
-            first_queue_offset=first_queue_offset, phy_offset=phy_offset,
-            store_timestamp=store_timestamp,
-        )
+        if testhooks.FAULTS_ON:
+            scratch = bytearray(batch.total_size)
+            write_batch(
+                scratch, 0, batch,
+                first_queue_offset=first_queue_offset, phy_offset=phy_offset,
+                store_timestamp=store_timestamp,
+            )
+            _copy_in_two_steps(mapped, pos, scratch)
+        else:
+            write_batch(
+                mapped.buf, pos, batch,
+                first_queue_offset=first_queue_offset, phy_offset=phy_offset,
+                store_timestamp=store_timestamp,
+            )
         if testhooks.FAULTS_ON:
             testhooks.fault_point("commitlog.append.before_position")
         mapped.wrote_position = pos + batch.total_size
@@ -234,3 +254,10 @@ class CommitLog:
             self._next_file.destroy()
             self._next_file = None
         self.files.close()
+
+
+def _copy_in_two_steps(mapped: MappedFile, pos: int, record: bytearray) -> None:
+    """Fault-point builds only: copy `record` into the mapping at `pos`, the fixed header first."""
+    mapped.buf[pos : pos + FAULT_HEADER_BYTES] = record[:FAULT_HEADER_BYTES]
+    testhooks.fault_point("commitlog.append.after_header")
+    mapped.buf[pos + FAULT_HEADER_BYTES : pos + len(record)] = record[FAULT_HEADER_BYTES:]

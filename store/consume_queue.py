@@ -28,8 +28,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from store.errors import DataInvariantError
 from store import testhooks
+from store.errors import DataInvariantError
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 
@@ -294,6 +294,29 @@ class ConsumeQueue:
         out = view[first:last].copy()
         del view
         return out
+
+    def units_between(
+        self, low: int, high: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(phyOffsets, sizes) of this queue's units with phyOffset in [low, high), in order
+        (fillers excluded)."""
+        parts: list[npt.NDArray[np.int64]] = []
+        size_parts: list[npt.NDArray[np.int64]] = []
+        for mapped in self._files.files:
+            count = mapped.wrote_position // CQ_UNIT_SIZE
+            if not count:
+                continue
+            view = mapped.numpy_view(CQ_UNIT)[:count]
+            phys = view["phy_offset"].astype(np.int64)
+            sizes = view["size"].copy()
+            del view
+            keep = (phys >= low) & (phys < high) & (sizes != FILLER_SIZE)
+            if keep.any():
+                parts.append(phys[keep])
+                size_parts.append(sizes[keep].astype(np.int64))
+        if not parts:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(parts), np.concatenate(size_parts)
 
     def offset_by_time(self, timestamp_ms: int, store_timestamp: Callable[[int, int], int]) -> int:
         """The first queue offset whose message was stored at or after `timestamp_ms`.

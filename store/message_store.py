@@ -52,6 +52,7 @@ from store.recovery import (
     clamp_confirm_offset,
     first_record,
     scan_file,
+    scan_file_fast,
     start_file_abnormal,
     start_file_normal,
 )
@@ -301,12 +302,10 @@ class MessageStore:
         rebuild: set[tuple[str, int]] = set()
 
         def on_record(check: RecordCheck) -> None:
-            nonlocal dispatched, last_confirm_valid
+            nonlocal dispatched
             end = check.phy_offset + check.size
             if controller and abnormal and end > confirm_offset:
                 return  # past confirmOffset: a slave must not expose it (§9.3 step 3)
-            if controller and abnormal:
-                last_confirm_valid = end
             if self._dispatch_check(check, rebuild):
                 dispatched += 1
 
@@ -314,11 +313,20 @@ class MessageStore:
         reason: str | None = None
         process_offset = files[start_index].file_from_offset
         for mapped in files[start_index:]:
-            scan = scan_file(
+            known = self.consume_queues.units_between(mapped.file_from_offset,
+                                                      mapped.file_end_offset)
+            fast = scan_file_fast(
                 mapped.buf, file_from_offset=mapped.file_from_offset, file_size=mapped.file_size,
                 check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record,
+                known_phy_offsets=known[0], known_chain=known,
             )
+            scan = fast.scan
             scanned += scan.records
+            if controller and abnormal and len(fast.positions):
+                ends = fast.positions + fast.sizes + mapped.file_from_offset
+                within = ends[ends <= confirm_offset]
+                if len(within):
+                    last_confirm_valid = max(last_confirm_valid, int(within[-1]))
             process_offset = mapped.file_from_offset + scan.end_pos
             if scan.stop is ScanStop.INVALID:
                 reason = f"{mapped.path.name}+{scan.end_pos}: {scan.reason}"

@@ -1,0 +1,690 @@
+"""JSON bodies of the remoting codes pyrmq serves or sends, as frozen values (spec §6-§7, §11).
+
+Each body class mirrors a Java `RemotingSerializable` class: `encode()` writes what fastjson
+writes (bean properties sorted by name, None omitted, compact, maps in their own order, integer
+map keys as quoted strings, which fastjson parses as well), `decode(data)` reads what fastjson
+produces and what other clients send:
+- integer map keys quoted (`{"0":..}`) or not (`{0:..}`);
+- enums by name or by ordinal (the C++ client sends ordinals);
+- integers as JSON numbers or numeric strings (the C++ client sends `"subVersion":"1700..."`);
+- booleans as JSON booleans or "true"/"false";
+- absent optional properties (the C++ client omits several): the Java default.
+Anything else raises `BodyDecodeError` naming the JSON path and the value.
+
+Static-topic mapping tables (`topicQueueMapping*`) are carried as raw JSON, unread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Final, Self, TypeVar
+
+from remoting.errors import BodyDecodeError
+from remoting.fastjson import JSONValue, dump_fastjson, java_int, parse_fastjson
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=IntEnum)
+_SHOWN_CHARS_MAX: Final = 64
+
+
+class _Missing(Enum):
+    REQUIRED = "required"
+
+
+_REQUIRED: Final = _Missing.REQUIRED
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS_MAX else f"{text[:_SHOWN_CHARS_MAX]}..."
+
+
+def _wrong(path: str, value: JSONValue, expected: str) -> BodyDecodeError:
+    return BodyDecodeError(f"{path}={_shown(value)} is not {expected}")
+
+
+def _as_object(value: JSONValue, path: str) -> dict[str, JSONValue]:
+    if not isinstance(value, dict):
+        raise _wrong(path, value, "an object")
+    return value
+
+
+def _as_list(value: JSONValue, path: str) -> list[JSONValue]:
+    if not isinstance(value, list):
+        raise _wrong(path, value, "an array")
+    return value
+
+
+def _as_str(value: JSONValue, path: str) -> str:
+    if not isinstance(value, str):
+        raise _wrong(path, value, "a string")
+    return value
+
+
+def _as_int(value: JSONValue, path: str) -> int:
+    if isinstance(value, str):
+        parsed = java_int(value, bits=64)
+        if parsed is not None:
+            return parsed
+    elif isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    raise _wrong(path, value, "an int64")
+
+
+def _as_bool(value: JSONValue, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _wrong(path, value, "a boolean")
+
+
+def _enum_reader(enum: type[_E]) -> Callable[[JSONValue, str], _E]:
+    by_name: dict[JSONValue, _E] = {member.name: member for member in enum}
+    by_ordinal: dict[JSONValue, _E] = {int(member): member for member in enum}
+
+    def read(value: JSONValue, path: str) -> _E:
+        member = by_name.get(value) if isinstance(value, str) else None
+        if member is None and isinstance(value, int) and not isinstance(value, bool):
+            member = by_ordinal.get(value)
+        if member is not None:
+            return member
+        raise _wrong(path, value, f"a {enum.__name__} name or ordinal")
+
+    return read
+
+
+def _get(
+    obj: Mapping[str, JSONValue],
+    key: str,
+    path: str,
+    read: Callable[[JSONValue, str], _T],
+    default: _T | _Missing = _REQUIRED,
+) -> _T:
+    """`obj[key]` read by `read`; absent or null gives `default`, or raises if required."""
+    value = obj.get(key)
+    if value is None:
+        if isinstance(default, _Missing):
+            raise BodyDecodeError(f"{path}.{key} is required")
+        return default
+    return read(value, f"{path}.{key}")
+
+
+def _tuple_of(read: Callable[[JSONValue, str], _T]) -> Callable[[JSONValue, str], tuple[_T, ...]]:
+    def read_list(value: JSONValue, path: str) -> tuple[_T, ...]:
+        return tuple(
+            read(item, f"{path}[{index}]") for index, item in enumerate(_as_list(value, path))
+        )
+
+    return read_list
+
+
+def _map_of(read: Callable[[JSONValue, str], _T]) -> Callable[[JSONValue, str], dict[str, _T]]:
+    def read_map(value: JSONValue, path: str) -> dict[str, _T]:
+        return {
+            key: read(item, f"{path}[{key!r}]") for key, item in _as_object(value, path).items()
+        }
+
+    return read_map
+
+
+def _int_key_map_of(
+    read: Callable[[JSONValue, str], _T],
+) -> Callable[[JSONValue, str], dict[int, _T]]:
+    """A Java map with Long keys: `{0:..}` and `{"0":..}` both read as int keys."""
+
+    def read_map(value: JSONValue, path: str) -> dict[int, _T]:
+        result: dict[int, _T] = {}
+        for key, item in _as_object(value, path).items():
+            number = java_int(key, bits=64)
+            if number is None:
+                raise BodyDecodeError(f"{path} key {_shown(key)} is not an int64")
+            result[number] = read(item, f"{path}[{number}]")
+        return result
+
+    return read_map
+
+
+def _raw(value: JSONValue, path: str) -> JSONValue:
+    return value
+
+
+class JSONBody:
+    """Base of the body classes: `encode()` to UTF-8 JSON bytes, `decode(data)` back."""
+
+    __slots__ = ()
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        """The fastjson object for this value, properties in fastjson's (sorted) order."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        """Read from parsed JSON; `path` names this value in error messages."""
+        raise NotImplementedError
+
+    def encode(self) -> bytes:
+        """The body bytes, as fastjson's `JSON.toJSONString(this)` in UTF-8."""
+        return dump_fastjson(self.to_json_value()).encode("utf-8")
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> Self:
+        """Parse a body. Raises BodyDecodeError for bad JSON or a value of the wrong type."""
+        return cls.from_json_value(parse_fastjson(data), cls.__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersion(JSONBody):
+    """A table's version: `state_version` is the master epoch (name-server conflict rule),
+    `counter` increments on each change, `timestamp` is ms."""
+
+    state_version: int = 0
+    timestamp: int = 0
+    counter: int = 0
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "counter": self.counter,
+            "stateVersion": self.state_version,
+            "timestamp": self.timestamp,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            state_version=_get(obj, "stateVersion", path, _as_int, 0),
+            timestamp=_get(obj, "timestamp", path, _as_int, 0),
+            counter=_get(obj, "counter", path, _as_int, 0),
+        )
+
+
+class TopicFilterType(IntEnum):
+    """`TopicFilterType.java`, by ordinal."""
+
+    SINGLE_TAG = 0
+    MULTI_TAG = 1
+
+
+PERM_INHERIT: Final = 1
+PERM_WRITE: Final = 2
+PERM_READ: Final = 4
+PERM_PRIORITY: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig(JSONBody):
+    """One topic's configuration (`TopicConfig.java`; defaults as Java's)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "attributes": dict(self.attributes),
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type.name,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic_name=_get(obj, "topicName", path, _as_str),
+            read_queue_nums=_get(obj, "readQueueNums", path, _as_int, 16),
+            write_queue_nums=_get(obj, "writeQueueNums", path, _as_int, 16),
+            perm=_get(obj, "perm", path, _as_int, PERM_READ | PERM_WRITE),
+            topic_filter_type=_get(
+                obj,
+                "topicFilterType",
+                path,
+                _enum_reader(TopicFilterType),
+                TopicFilterType.SINGLE_TAG,
+            ),
+            topic_sys_flag=_get(obj, "topicSysFlag", path, _as_int, 0),
+            order=_get(obj, "order", path, _as_bool, False),
+            attributes=_get(obj, "attributes", path, _map_of(_as_str), {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigAndMappingSerializeWrapper(JSONBody):
+    """The topic table a broker registers (REGISTER_BROKER) and a master serves to its slaves
+    (GET_ALL_TOPIC_CONFIG). Also reads the older `TopicConfigSerializeWrapper`, which lacks
+    the mapping properties."""
+
+    topic_config_table: Mapping[str, TopicConfig] = field(default_factory=dict)
+    data_version: DataVersion = DataVersion()
+    mapping_data_version: DataVersion = DataVersion()
+    topic_queue_mapping_info_map: Mapping[str, JSONValue] = field(default_factory=dict)
+    topic_queue_mapping_detail_map: Mapping[str, JSONValue] = field(default_factory=dict)
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "dataVersion": self.data_version.to_json_value(),
+            "mappingDataVersion": self.mapping_data_version.to_json_value(),
+            "topicConfigTable": {
+                topic: config.to_json_value() for topic, config in self.topic_config_table.items()
+            },
+            "topicQueueMappingDetailMap": dict(self.topic_queue_mapping_detail_map),
+            "topicQueueMappingInfoMap": dict(self.topic_queue_mapping_info_map),
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic_config_table=_get(
+                obj, "topicConfigTable", path, _map_of(TopicConfig.from_json_value), {}
+            ),
+            data_version=_get(obj, "dataVersion", path, DataVersion.from_json_value, DataVersion()),
+            mapping_data_version=_get(
+                obj, "mappingDataVersion", path, DataVersion.from_json_value, DataVersion()
+            ),
+            topic_queue_mapping_info_map=_get(
+                obj, "topicQueueMappingInfoMap", path, _map_of(_raw), {}
+            ),
+            topic_queue_mapping_detail_map=_get(
+                obj, "topicQueueMappingDetailMap", path, _map_of(_raw), {}
+            ),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Name server
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerBody(JSONBody):
+    """REGISTER_BROKER's body (uncompressed form: pyrmq always sends `compressed=false`)."""
+
+    topic_config_serialize_wrapper: TopicConfigAndMappingSerializeWrapper = (
+        TopicConfigAndMappingSerializeWrapper()
+    )
+    filter_server_list: tuple[str, ...] = ()
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "filterServerList": list(self.filter_server_list),
+            "topicConfigSerializeWrapper": self.topic_config_serialize_wrapper.to_json_value(),
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic_config_serialize_wrapper=_get(
+                obj,
+                "topicConfigSerializeWrapper",
+                path,
+                TopicConfigAndMappingSerializeWrapper.from_json_value,
+                TopicConfigAndMappingSerializeWrapper(),
+            ),
+            filter_server_list=_get(obj, "filterServerList", path, _tuple_of(_as_str), ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KVTable(JSONBody):
+    """`{"table":{...}}`: GET_BROKER_RUNTIME_INFO's answer, REGISTER_BROKER's optional answer."""
+
+    table: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"table": dict(self.table)}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(table=_get(obj, "table", path, _map_of(_as_str), {}))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueData(JSONBody):
+    """One broker's queues of a topic, in a `TopicRouteData`."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            broker_name=_get(obj, "brokerName", path, _as_str),
+            read_queue_nums=_get(obj, "readQueueNums", path, _as_int, 0),
+            write_queue_nums=_get(obj, "writeQueueNums", path, _as_int, 0),
+            perm=_get(obj, "perm", path, _as_int, 0),
+            topic_sys_flag=_get(obj, "topicSysFlag", path, _as_int, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerData(JSONBody):
+    """One broker set: `broker_addrs` maps name-server broker ids (0 = master) to addresses."""
+
+    cluster: str
+    broker_name: str
+    broker_addrs: Mapping[int, str] = field(default_factory=dict)
+    zone_name: str | None = None
+    enable_acting_master: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        value: dict[str, JSONValue] = {
+            "brokerAddrs": {str(broker_id): addr for broker_id, addr in self.broker_addrs.items()},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+            "enableActingMaster": self.enable_acting_master,
+        }
+        if self.zone_name is not None:
+            value["zoneName"] = self.zone_name
+        return value
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            cluster=_get(obj, "cluster", path, _as_str),
+            broker_name=_get(obj, "brokerName", path, _as_str),
+            broker_addrs=_get(obj, "brokerAddrs", path, _int_key_map_of(_as_str), {}),
+            zone_name=_get(obj, "zoneName", path, _as_str, None),
+            enable_acting_master=_get(obj, "enableActingMaster", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRouteData(JSONBody):
+    """GET_ROUTEINFO_BY_TOPIC's answer. `encode()` writes the standard-JSON form (quoted
+    broker-id keys), which every client parses."""
+
+    queue_datas: tuple[QueueData, ...] = ()
+    broker_datas: tuple[BrokerData, ...] = ()
+    filter_server_table: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    order_topic_conf: str | None = None
+    topic_queue_mapping_by_broker: Mapping[str, JSONValue] | None = None
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        value: dict[str, JSONValue] = {
+            "brokerDatas": [broker.to_json_value() for broker in self.broker_datas],
+            "filterServerTable": {
+                addr: list(servers) for addr, servers in self.filter_server_table.items()
+            },
+        }
+        if self.order_topic_conf is not None:
+            value["orderTopicConf"] = self.order_topic_conf
+        value["queueDatas"] = [queue.to_json_value() for queue in self.queue_datas]
+        if self.topic_queue_mapping_by_broker is not None:
+            value["topicQueueMappingByBroker"] = dict(self.topic_queue_mapping_by_broker)
+        return value
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            queue_datas=_get(obj, "queueDatas", path, _tuple_of(QueueData.from_json_value), ()),
+            broker_datas=_get(obj, "brokerDatas", path, _tuple_of(BrokerData.from_json_value), ()),
+            filter_server_table=_get(
+                obj, "filterServerTable", path, _map_of(_tuple_of(_as_str)), {}
+            ),
+            order_topic_conf=_get(obj, "orderTopicConf", path, _as_str, None),
+            topic_queue_mapping_by_broker=_get(
+                obj, "topicQueueMappingByBroker", path, _map_of(_raw), None
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo(JSONBody):
+    """GET_BROKER_CLUSTER_INFO's answer (Java writes it with unquoted broker-id keys)."""
+
+    broker_addr_table: Mapping[str, BrokerData] = field(default_factory=dict)
+    cluster_addr_table: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "brokerAddrTable": {
+                name: broker.to_json_value() for name, broker in self.broker_addr_table.items()
+            },
+            "clusterAddrTable": {
+                cluster: list(names) for cluster, names in self.cluster_addr_table.items()
+            },
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            broker_addr_table=_get(
+                obj, "brokerAddrTable", path, _map_of(BrokerData.from_json_value), {}
+            ),
+            cluster_addr_table=_get(obj, "clusterAddrTable", path, _map_of(_tuple_of(_as_str)), {}),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Clients
+
+
+class ConsumeType(IntEnum):
+    """`ConsumeType.java`, by ordinal: pull, push, pop."""
+
+    CONSUME_ACTIVELY = 0
+    CONSUME_PASSIVELY = 1
+    CONSUME_POP = 2
+
+
+class MessageModel(IntEnum):
+    """`MessageModel.java`, by ordinal."""
+
+    BROADCASTING = 0
+    CLUSTERING = 1
+
+
+class ConsumeFromWhere(IntEnum):
+    """`ConsumeFromWhere.java`, by ordinal (1-3 are deprecated but still on the wire)."""
+
+    CONSUME_FROM_LAST_OFFSET = 0
+    CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 1
+    CONSUME_FROM_MIN_OFFSET = 2
+    CONSUME_FROM_MAX_OFFSET = 3
+    CONSUME_FROM_FIRST_OFFSET = 4
+    CONSUME_FROM_TIMESTAMP = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionData(JSONBody):
+    """One topic subscription of a consumer group. `code_set` holds Java `String.hashCode()`
+    of each tag (the C++ client sends `atoi(tag)` instead)."""
+
+    topic: str
+    sub_string: str
+    tags_set: tuple[str, ...] = ()
+    code_set: tuple[int, ...] = ()
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": list(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": list(self.tags_set),
+            "topic": self.topic,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic=_get(obj, "topic", path, _as_str),
+            sub_string=_get(obj, "subString", path, _as_str),
+            tags_set=_get(obj, "tagsSet", path, _tuple_of(_as_str), ()),
+            code_set=_get(obj, "codeSet", path, _tuple_of(_as_int), ()),
+            sub_version=_get(obj, "subVersion", path, _as_int, 0),
+            expression_type=_get(obj, "expressionType", path, _as_str, "TAG"),
+            class_filter_mode=_get(obj, "classFilterMode", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerData(JSONBody):
+    """One consumer group of a client, in a heartbeat."""
+
+    group_name: str
+    consume_type: ConsumeType | None = None
+    message_model: MessageModel | None = None
+    consume_from_where: ConsumeFromWhere | None = None
+    subscription_data_set: tuple[SubscriptionData, ...] = ()
+    unit_mode: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        value: dict[str, JSONValue] = {}
+        if self.consume_from_where is not None:
+            value["consumeFromWhere"] = self.consume_from_where.name
+        if self.consume_type is not None:
+            value["consumeType"] = self.consume_type.name
+        value["groupName"] = self.group_name
+        if self.message_model is not None:
+            value["messageModel"] = self.message_model.name
+        value["subscriptionDataSet"] = [sub.to_json_value() for sub in self.subscription_data_set]
+        value["unitMode"] = self.unit_mode
+        return value
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            group_name=_get(obj, "groupName", path, _as_str),
+            consume_type=_get(obj, "consumeType", path, _enum_reader(ConsumeType), None),
+            message_model=_get(obj, "messageModel", path, _enum_reader(MessageModel), None),
+            consume_from_where=_get(
+                obj, "consumeFromWhere", path, _enum_reader(ConsumeFromWhere), None
+            ),
+            subscription_data_set=_get(
+                obj, "subscriptionDataSet", path, _tuple_of(SubscriptionData.from_json_value), ()
+            ),
+            unit_mode=_get(obj, "unitMode", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerData(JSONBody):
+    """One producer group of a client, in a heartbeat."""
+
+    group_name: str
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"groupName": self.group_name}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        return cls(group_name=_get(_as_object(value, path), "groupName", path, _as_str))
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatData(JSONBody):
+    """HEART_BEAT's body. With `without_sub` (heartbeat V2) the subscription sets are empty
+    and the broker keeps the ones it has."""
+
+    client_id: str
+    producer_data_set: tuple[ProducerData, ...] = ()
+    consumer_data_set: tuple[ConsumerData, ...] = ()
+    heartbeat_fingerprint: int = 0
+    without_sub: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "clientID": self.client_id,
+            "consumerDataSet": [consumer.to_json_value() for consumer in self.consumer_data_set],
+            "heartbeatFingerprint": self.heartbeat_fingerprint,
+            "producerDataSet": [producer.to_json_value() for producer in self.producer_data_set],
+            "withoutSub": self.without_sub,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            client_id=_get(obj, "clientID", path, _as_str),
+            producer_data_set=_get(
+                obj, "producerDataSet", path, _tuple_of(ProducerData.from_json_value), ()
+            ),
+            consumer_data_set=_get(
+                obj, "consumerDataSet", path, _tuple_of(ConsumerData.from_json_value), ()
+            ),
+            heartbeat_fingerprint=_get(obj, "heartbeatFingerprint", path, _as_int, 0),
+            without_sub=_get(obj, "withoutSub", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerListBody(JSONBody):
+    """GET_CONSUMER_LIST_BY_GROUP's answer: the client ids of a group's live consumers."""
+
+    consumer_id_list: tuple[str, ...] = ()
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"consumerIdList": list(self.consumer_id_list)}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(consumer_id_list=_get(obj, "consumerIdList", path, _tuple_of(_as_str), ()))
+
+
+__all__ = [
+    "PERM_INHERIT",
+    "PERM_PRIORITY",
+    "PERM_READ",
+    "PERM_WRITE",
+    "BrokerData",
+    "ClusterInfo",
+    "ConsumeFromWhere",
+    "ConsumeType",
+    "ConsumerData",
+    "ConsumerListBody",
+    "DataVersion",
+    "HeartbeatData",
+    "JSONBody",
+    "KVTable",
+    "MessageModel",
+    "ProducerData",
+    "QueueData",
+    "RegisterBrokerBody",
+    "SubscriptionData",
+    "TopicConfig",
+    "TopicConfigAndMappingSerializeWrapper",
+    "TopicFilterType",
+    "TopicRouteData",
+]

@@ -1,0 +1,143 @@
+"""fastjson-compatible JSON text: escaping, unquoted numeric keys, Java integer parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from remoting.errors import BodyDecodeError
+from remoting.fastjson import (
+    JSONValue,
+    _dump_into,
+    dump_fastjson,
+    java_int,
+    parse_fastjson,
+    quote_fastjson,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        pytest.param("\x00", r'"\u0000"', id="nul"),
+        pytest.param("\x01\x02", r'"\u0001\u0002"', id="property-separators"),
+        pytest.param("\x0b\x1a\x1f", r'"\u000B\u001A\u001F"', id="upper-case-hex"),
+        pytest.param("\b\t\n\f\r", r'"\b\t\n\f\r"', id="short-escapes"),
+        pytest.param("\x7f\x80\x9f", r'"\u007F\u0080\u009F"', id="c1-controls"),
+        pytest.param("\u2028\u2029", r'"\u2028\u2029"', id="line-separators"),
+        pytest.param('"\\', r'"\"\\"', id="quote-backslash"),
+        pytest.param("/é中😀", '"/é中😀"', id="raw-slash-and-non-ascii"),
+        pytest.param("\ud800", r'"\uD800"', id="lone-surrogate"),
+    ],
+)
+def test_strings_are_escaped_as_fastjson_escapes_them(text: str, written: str) -> None:
+    assert quote_fastjson(text) == written
+    assert dump_fastjson([text]) == f"[{written}]"
+
+
+def slow_dump(value: JSONValue) -> str:
+    parts: list[str] = []
+    _dump_into(value, parts)
+    return "".join(parts)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@given(value=JSON_VALUES)
+def test_fast_writer_equals_the_exact_slow_writer(value: JSONValue) -> None:
+    assert dump_fastjson(value) == slow_dump(value)
+
+
+@given(value=JSON_VALUES)
+def test_parse_reads_back_what_dump_wrote(value: JSONValue) -> None:
+    assert parse_fastjson(dump_fastjson(value).encode("utf-8")) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param('{0:"a",2:"b"}', {"0": "a", "2": "b"}, id="unquoted-keys"),
+        pytest.param('{"0":"a","2":"b"}', {"0": "a", "2": "b"}, id="quoted-keys"),
+        pytest.param("{ -1 : 5 , 7:{3:[1,2]}}", {"-1": 5, "7": {"3": [1, 2]}}, id="nested"),
+        pytest.param('{"s":"{1:2,3:4}",1:"x"}', {"s": "{1:2,3:4}", "1": "x"}, id="in-strings"),
+        pytest.param('{"s":"a\\"{1:",2:3}', {"s": 'a"{1:', "2": 3}, id="escaped-quote"),
+        pytest.param(
+            '{"offsetTable":{"t@g":{0:12,1:7}}}',
+            {"offsetTable": {"t@g": {"0": 12, "1": 7}}},
+            id="consumer-offsets",
+        ),
+    ],
+)
+def test_parse_accepts_unquoted_numeric_keys(text: str, value: JSONValue) -> None:
+    assert parse_fastjson(text) == value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\xff", id="not-utf8"),
+        pytest.param(b"{a:1}", id="unquoted-word-key"),
+        pytest.param(b'{"a":NaN}', id="nan"),
+        pytest.param(b"[" * 50_000, id="deep-nesting"),
+        pytest.param(b"1" * 5000, id="huge-number"),
+        pytest.param(b'{"a":"unterminated', id="unterminated"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_parse_rejects_bad_json_with_body_decode_error(data: bytes) -> None:
+    with pytest.raises(BodyDecodeError):
+        parse_fastjson(data)
+
+
+def test_parse_of_hostile_unterminated_strings_takes_linear_time() -> None:
+    hostile = '{1:"' + '\\"' * 200_000 + "\\"
+    started = time.perf_counter()
+    with pytest.raises(BodyDecodeError):
+        parse_fastjson(hostile)
+    assert time.perf_counter() - started < 1.0
+
+
+@given(text=st.text(max_size=40))
+def test_parse_never_raises_anything_but_body_decode_error(text: str) -> None:
+    with contextlib.suppress(BodyDecodeError):
+        parse_fastjson(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "bits", "value"),
+    [
+        ("0", 32, 0),
+        ("-1", 32, -1),
+        ("+7", 32, 7),
+        ("0000000000000000000000042", 32, 42),
+        ("2147483647", 32, 2**31 - 1),
+        ("-2147483648", 32, -(2**31)),
+        ("2147483648", 32, None),
+        ("9223372036854775807", 64, 2**63 - 1),
+        ("9223372036854775808", 64, None),
+        ("", 32, None),
+        (" 1", 32, None),
+        ("1_000", 32, None),
+        ("١٢", 32, None),  # Arabic-Indic digits: int() takes them, Java does not
+        ("1.0", 32, None),
+        ("0x10", 32, None),
+    ],
+)
+def test_java_int_parses_like_integer_parse_int(text: str, bits: int, value: int | None) -> None:
+    assert java_int(text, bits=bits) == value
+
+
+def test_standard_json_body_takes_the_fast_path() -> None:
+    assert parse_fastjson(json.dumps({"a": [1, 2]})) == {"a": [1, 2]}
