@@ -24,7 +24,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -230,10 +230,15 @@ class MessageStore:
         # Drop consume-queue units and commitlog bytes after the last valid record (M7).
         self.consume_queues.truncate_by_phy(process_offset)
         old_max = self.commitlog.max_phy_offset
+        clean_end = self._zeros_at(process_offset)
         self.commitlog.truncate_dirty(process_offset)
         self.commitlog.flushed_where = process_offset
-        if process_offset < old_max and reason is not None:
-            log.warning("commitlog recovered to phy_offset=%d reason=%s", process_offset, reason)
+        if reason is not None and not clean_end:
+            # Not the ordinary end of data (zeros): damaged or stale bytes were cut off.
+            log.warning("commitlog recovered to phy_offset=%d (was %d) reason=%s",
+                        process_offset, old_max, reason)
+        else:
+            log.info("commitlog recovered max_phy_offset=%d", process_offset)
         stored_confirm = checkpoint.confirm_phy_offset
         min_phy = self.commitlog.min_phy_offset
         if self.config.enable_controller_mode:
@@ -260,6 +265,14 @@ class MessageStore:
             checkpoint_confirm_offset=stored_confirm, confirm_offset=self._confirm_offset,
             lost_committed=lost_committed, elapsed_s=time.monotonic() - started,
         )
+
+    def _zeros_at(self, phy_offset: int) -> bool:
+        """True if the 8 bytes at `phy_offset` are zeros (or the log ends there)."""
+        mapped = self.commitlog.files.find(phy_offset)
+        if mapped is None:
+            return True
+        pos = phy_offset - mapped.file_from_offset
+        return not any(mapped.buf[pos:pos + 8])
 
     def _load_epoch_file(self, max_phy_offset: int) -> None:
         """Load the epoch entries and drop those the recovered commitlog no longer covers (M8).
@@ -695,8 +708,14 @@ class MessageStore:
                     f"truncate to phy_offset={phy_offset}: not a record boundary ({check.reason})"
                 )
         old_max = self.commitlog.max_phy_offset
-        # Durable order: consume queues and commitlog cut (and fsynced) first, then the epoch
-        # file, so a crash in between never leaves epochs describing bytes that are gone.
+        # Durable order: the checkpoint's confirmOffset comes down to the cut first, so that a
+        # crash after the cut never reads as "committed data lost" (M9); then consume queues and
+        # commitlog are cut (and fsynced), then the epoch file, so a crash in between never
+        # leaves epochs describing bytes that are gone.
+        checkpoint = self._checkpoint_value()
+        if checkpoint.confirm_phy_offset > phy_offset:
+            write_checkpoint(self._checkpoint_path,
+                             replace(checkpoint, confirm_phy_offset=phy_offset))
         self.consume_queues.truncate_by_phy(phy_offset)
         self.commitlog.truncate_dirty(phy_offset)
         trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
