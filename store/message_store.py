@@ -397,15 +397,19 @@ class MessageStore:
         return count
 
     def _rebuild_queue_offsets(self) -> None:
-        """Next queue offsets from the consume queues, then from undispatched records (M5)."""
+        """Next queue offsets from the consume queues, then from undispatched records (M5).
+
+        Dispatch runs in log order, so every record below the furthest dispatched one is in
+        its queue already (RocketMQ's dispatchFromPhyOffset): only the tail after it is read.
+        """
         offsets = {(q.topic, q.queue_id): q.max_offset for q in self.consume_queues}
-        start = self.consume_queues.max_phy_offset()
-        for queue in self.consume_queues:
-            start = min(start, queue.max_phy_offset) if queue.max_offset else start
-        self._scan_range(max(start, self.commitlog.min_phy_offset), self.commitlog.max_phy_offset,
-                         lambda c: offsets.__setitem__(
-                             (c.topic, c.queue_id),
-                             max(offsets.get((c.topic, c.queue_id), 0), c.queue_offset + 1)))
+
+        def count(check: RecordCheck) -> None:
+            key = (check.topic, check.queue_id)
+            offsets[key] = max(offsets.get(key, 0), check.queue_offset + 1)
+
+        start = max(self.consume_queues.max_phy_offset(), self.commitlog.min_phy_offset)
+        self._scan_range(start, self.commitlog.max_phy_offset, count)
         self._queue_offsets = offsets
 
     def _scan_range(self, start: int, end: int, on_record: Callable[[RecordCheck], None]) -> int:
