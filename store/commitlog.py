@@ -154,6 +154,17 @@ class CommitLog:
         mapped.wrote_position = pos + batch.total_size
         return phy_offset
 
+    def file_needed_for(self, size: int) -> int | None:
+        """Start offset of the segment an append of `size` bytes would have to create inline
+        (no room left and none prepared); None when the append needs no new file."""
+        last = self.files.last
+        if last is not None and size + END_FILE_MIN_BLANK_LENGTH <= last.remaining:
+            return None
+        start = 0 if last is None else last.file_end_offset
+        if self._next_file is not None and self._next_file.file_from_offset == start:
+            return None
+        return start
+
     def need_next_file(self) -> int | None:
         """Start offset of the file to prepare ahead, or None when it is ready or not needed."""
         last = self.files.last
@@ -182,13 +193,14 @@ class CommitLog:
         """Allocate and map the next segment ahead of time; blocking (worker thread)."""
         with self._alloc_lock:
             last = self.files.last
-            if self._next_file is not None or last is None or last.file_end_offset != start:
+            expected = 0 if last is None else last.file_end_offset
+            if self._next_file is not None or start != expected:
                 return
             self.files.directory.mkdir(parents=True, exist_ok=True)
             mapped = MappedFile.create(
                 self.files.directory / offset_to_file_name(start), self.file_size
             )
-            mapped.populate(min(self.file_size, WARM_AHEAD_BYTES))
+            mapped.populate(min(self.file_size, WARM_CHUNK_BYTES))
             self._next_file = mapped
 
     # ---------------------------------------------------------------- reads

@@ -148,25 +148,57 @@ class ConsumeQueue:
         last = self._files.last
         if last is not None and last.file_from_offset <= position < last.file_end_offset:
             return last
-        if last is None:
+        if last is None or position == last.file_end_offset:
             start = position - position % self._files.file_size
-            mapped = self._files.create_file(start)
-            if position > start:
+            mapped = self._take_spare(start) or self._files.create_file(start)
+            if last is None and position > start:
                 self._fill_pre_blank(mapped, position - start)
-            self._sync_cursor()
-            return mapped
-        if position == last.file_end_offset:
-            if self._spares and self._spares[0].file_from_offset == position:
-                mapped = self._spares.pop(0)
-                self._files.adopt_file(mapped)
-            else:
-                mapped = self._files.create_file(position)
             self._sync_cursor()
             return mapped
         raise DataInvariantError(
             f"consume queue {self.topic}/{self.queue_id}: write at byte {position} outside the "
             f"last file [{last.file_from_offset}, {last.file_end_offset})"
         )
+
+    def _take_spare(self, start: int) -> MappedFile | None:
+        """Adopt the file prepared for `start`, if there is one."""
+        if self._spares and self._spares[0].file_from_offset == start:
+            mapped = self._spares.pop(0)
+            self._files.adopt_file(mapped)
+            return mapped
+        return None
+
+    def file_needed_for(self, queue_offset: int, count: int = 1) -> int | None:
+        """Start (in bytes) of the next file units [queue_offset, queue_offset+count) need that
+        neither exists nor is prepared; None when nothing is missing."""
+        if self._files.files and queue_offset != self._next_offset:
+            return None
+        file_size = self._files.file_size
+        if self._spares:
+            next_start = self._spares[-1].file_end_offset
+        elif self._files.files:
+            next_start = self._write_end
+        else:
+            next_start = queue_offset * CQ_UNIT_SIZE
+            next_start -= next_start % file_size
+        return next_start if next_start < (queue_offset + count) * CQ_UNIT_SIZE else None
+
+    def create_file_detached(self, start: int) -> MappedFile:
+        """Create the file at byte `start` without adding it to the queue (a worker thread
+        does this; `adopt_prepared` then takes it on the event loop). Blocking."""
+        self._files.directory.mkdir(parents=True, exist_ok=True)
+        return MappedFile.create(self._files.directory / offset_to_file_name(start),
+                                 self._files.file_size)
+
+    def adopt_prepared(self, mapped: MappedFile) -> None:
+        """Keep a file made by `create_file_detached` as the next spare, or drop it if the
+        queue moved on meanwhile."""
+        expected = self._spares[-1].file_end_offset if self._spares else (
+            self._write_end if self._files.files else mapped.file_from_offset)
+        if mapped.file_from_offset == expected:
+            self._spares.append(mapped)
+        else:
+            mapped.destroy()
 
     @staticmethod
     def _fill_pre_blank(mapped: MappedFile, up_to: int) -> None:
@@ -197,28 +229,17 @@ class ConsumeQueue:
         )
 
     def prepare_for(self, queue_offset: int, count: int = 1) -> None:
-        """Create the file(s) units [queue_offset, queue_offset+count) will go into, so that a
-        full disk refuses an append before its record reaches the commitlog.
+        """Create (inline, blocking) the files units [queue_offset, queue_offset+count) will go
+        into, so that a full disk refuses an append before its record reaches the commitlog.
 
-        Files past the current one are kept aside (not yet part of the queue, whose max offset
-        is derived from its last file) until the writer reaches them.
+        Files are kept aside as spares (the queue's max offset is derived from its last file)
+        until the writer reaches them. `MessageStore.put_*` prepares them in a worker thread
+        first (`file_needed_for`), so this finds nothing to do there.
         """
-        end = (queue_offset + count) * CQ_UNIT_SIZE
-        if end <= self._write_end:
+        if (queue_offset + count) * CQ_UNIT_SIZE <= self._write_end:
             return
-        if self._files.files and queue_offset != self._next_offset:
-            return  # not the next unit (dispatch lags in controller mode): nothing to prepare
-        if not self._files.files:
-            self._file_for_write(queue_offset * CQ_UNIT_SIZE)
-        file_size = self._files.file_size
-        next_start = self._spares[-1].file_end_offset if self._spares else self._write_end
-        while next_start < end:
-            self._files.directory.mkdir(parents=True, exist_ok=True)
-            self._spares.append(
-                MappedFile.create(self._files.directory / offset_to_file_name(next_start),
-                                  file_size)
-            )
-            next_start += file_size
+        while (start := self.file_needed_for(queue_offset, count)) is not None:
+            self.adopt_prepared(self.create_file_detached(start))
 
     def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
         """Append one unit (dispatch of one record)."""

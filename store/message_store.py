@@ -23,8 +23,9 @@ import enum
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -166,6 +167,7 @@ class MessageStore:
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
         self._flush_wakeup: asyncio.Event | None = None
         self._disk_lock: asyncio.Lock | None = None
         self.recovery: RecoveryReport | None = None
@@ -182,6 +184,10 @@ class MessageStore:
             report = self._load_and_recover()
             self._load_epoch_file(report.max_phy_offset)
         except BaseException:
+            # A refused open unmaps what it loaded: no descriptor or mapping outlives it.
+            with contextlib.suppress(BufferError):  # a view still held by the traceback
+                self.commitlog.close()
+                self.consume_queues.close()
             self._lock.release()
             raise
         self._abort.create()
@@ -526,12 +532,42 @@ class MessageStore:
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
                             store_timestamp)
 
+    async def _prepare_files(self, topic: str, queue_id: int, size: int, count: int) -> None:
+        """Create, in a worker thread, any file the next append would otherwise create on the
+        event loop: a commitlog segment, or a consume-queue file (a new queue's first one).
+        Concurrent puts needing the same file share one creation."""
+        start = self.commitlog.file_needed_for(size)
+        if start is not None:
+            await self._once(("commitlog", start), lambda: asyncio.to_thread(
+                self.commitlog.prepare_next_file, start))
+        queue = self.consume_queues.get_or_create(topic, queue_id)
+        key = (topic, queue_id)
+        while (file_start := queue.file_needed_for(self._queue_offsets.get(key, 0), count)) \
+                is not None:
+
+            async def create(at: int = file_start) -> None:
+                queue.adopt_prepared(await asyncio.to_thread(queue.create_file_detached, at))
+
+            await self._once(("cq", topic, queue_id, file_start), create)
+
+    async def _once(self, key: tuple[object, ...],
+                    make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `make()` unless a run for `key` is in flight; either way wait for it."""
+        running = self._preparing.get(key)
+        if running is None:
+            running = asyncio.ensure_future(make())
+            self._preparing[key] = running
+            running.add_done_callback(lambda _: self._preparing.pop(key, None))
+        await asyncio.shield(running)
+
     async def put_message(self, msg: EncodedMessage) -> PutResult:
         """Append one message and wait for its flush policy."""
+        await self._prepare_files(msg.topic, msg.queue_id, msg.total_size, 1)
         result = self.append_message(msg)
         return PutResult(await self._wait_flush(result.end_offset), result)
 
     async def put_batch(self, batch: EncodedBatch) -> PutResult:
+        await self._prepare_files(batch.topic, batch.queue_id, batch.total_size, batch.count)
         result = self.append_batch(batch)
         return PutResult(await self._wait_flush(result.end_offset), result)
 

@@ -345,3 +345,36 @@ def test_batch_crossing_a_consume_queue_file_boundary(tmp_path: Path) -> None:
         assert [r.body for r in read_all(again, "TopicTest", 0)][-32:] == [b"y"] * 32
     finally:
         again.close()
+
+
+async def test_puts_create_files_off_the_event_loop(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """New queues, consume-queue file boundaries and commitlog rolls: every file a put needs
+    is created in a worker thread, never on the loop (fallocate and a dir fsync block)."""
+    import threading
+
+    from store.mapped_file import MappedFile
+
+    loop_thread = threading.get_ident()
+    creators: list[int] = []
+    real_create = MappedFile.create.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[MappedFile], path: Path, file_size: int) -> MappedFile:
+        creators.append(threading.get_ident())
+        created: MappedFile = real_create(cls, path, file_size)
+        return created
+
+    monkeypatch.setattr(MappedFile, "create", classmethod(spy))
+    store = MessageStore(small_config(tmp_path / "s"))
+    store.open()
+    try:
+        for i in range(150):
+            await store.put_message(message(b"p" * 1500, queue_id=i % 3))
+        await store.put_batch(batch([b"q" * 100] * 60, queue_id=5))
+        assert len(store.commitlog.files.files) > 3
+        assert store.max_offset_in_queue("TopicTest", 0) == 50
+        assert store.max_offset_in_queue("TopicTest", 5) == 60
+        assert creators, "no file was created at all"
+        assert loop_thread not in creators
+    finally:
+        store.close()
