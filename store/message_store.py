@@ -905,10 +905,15 @@ class MessageStore:
 
         ratio = await asyncio.to_thread(self.disk_used_ratio)
         self.disk_full = ratio * 100 >= self.config.disk_space_warning_level_ratio
-        files = self.commitlog.files.files
+        files = list(self.commitlog.files.files)
         now = self.wall_ms() if now_ms is None else now_ms
         hour = time.localtime(now / 1000).tm_hour if current_hour is None else current_hour
-        ages = [FileAge(m.file_from_offset, int(m.path.stat().st_mtime * 1000)) for m in files]
+
+        def file_ages() -> list[FileAge]:
+            return [FileAge(m.file_from_offset, int(m.path.stat().st_mtime * 1000))
+                    for m in files]
+
+        ages = await asyncio.to_thread(file_ages)
         doomed = files_to_delete(
             ages, now_ms=now,
             file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
