@@ -1,0 +1,128 @@
+"""`controller.conf`: the typed configuration of `pyrmq-controller`.
+
+Keys are RocketMQ's (NettyServerConfig, ControllerConfig, NamesrvConfig), camelCase on disk,
+each mapped to a snake_case field; `brokerChannelExpiredTime` is pyrmq's (a constant in Java):
+
+| key | field | default |
+|---|---|---|
+| `listenPort` | `listen_port` | 9876 (0: any free port) |
+| `bindAddress` | `bind_address` | 0.0.0.0 |
+| `controllerStorePath` | `controller_store_path` | `<home>/DLedgerController` |
+| `scanNotActiveBrokerInterval` | `scan_not_active_broker_interval_ms` | 5000 |
+| `brokerChannelExpiredTime` | `broker_channel_expired_time_ms` | 120000 |
+| `serverChannelMaxIdleTimeSeconds` | `server_channel_max_idle_time_seconds` | 120 |
+
+Values are trimmed (Java trims only strings; a number with a trailing blank is silently ignored
+there). A bad value is a `ConfigError` naming the file, the line, the key and the value; an
+unknown key is a warning (returned, the caller logs it), since stock RocketMQ files carry keys
+pyrmq does not use. A key given twice takes its last value, as in Java.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from controller.errors import ConfigError
+from controller.properties import parse_properties
+from controller.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
+from remoting.fastjson import java_int
+
+CONTROLLER_STORE_DIR_NAME: Final = "DLedgerController"
+"""Java's default `controllerStorePath` is `${user.home}/` + controllerType + "Controller"."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Everything `pyrmq-controller` reads from `controller.conf` (see the module table)."""
+
+    listen_port: int = 9876
+    bind_address: str = "0.0.0.0"  # noqa: S104 - RocketMQ's default: every interface
+    controller_store_path: str = ""
+    scan_not_active_broker_interval_ms: int = 5_000
+    broker_channel_expired_time_ms: int = BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
+    server_channel_max_idle_time_seconds: int = 120
+
+    def properties(self, *, important_only: bool = False) -> list[tuple[str, str]]:
+        """(key, value) for every key, in the module table's order, as `-p` prints them;
+        `important_only` keeps the ones `-m` prints."""
+        return [
+            (key.name, str(getattr(self, key.attr)))
+            for key in _KEYS
+            if key.important or not important_only
+        ]
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    """A parser for a Java int in low..high; raises ValueError saying why a value is refused."""
+
+    def parse(text: str) -> int:
+        value = java_int(text, bits=32)
+        if value is None:
+            raise ValueError("is not an int")
+        if not low <= value <= high:
+            raise ValueError(f"is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def _string(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    name: str
+    attr: str
+    parse: Callable[[str], object]
+    important: bool = False
+
+
+_INT32_MAX: Final = 2**31 - 1
+_KEYS: Final = (
+    _Key("listenPort", "listen_port", _int_in(0, 65_535), important=True),
+    _Key("bindAddress", "bind_address", _string),
+    _Key("controllerStorePath", "controller_store_path", _string, important=True),
+    _Key(
+        "scanNotActiveBrokerInterval", "scan_not_active_broker_interval_ms", _int_in(1, _INT32_MAX)
+    ),
+    _Key("brokerChannelExpiredTime", "broker_channel_expired_time_ms", _int_in(1, _INT32_MAX)),
+    _Key(
+        "serverChannelMaxIdleTimeSeconds",
+        "server_channel_max_idle_time_seconds",
+        _int_in(1, _INT32_MAX // 1000),
+    ),
+)
+_KEYS_BY_NAME: Final = {key.name: key for key in _KEYS}
+assert {key.attr for key in _KEYS} == {f.name for f in dataclasses.fields(ControllerConfig)}
+
+
+def parse_controller_config(
+    text: str, *, source: str, home: str
+) -> tuple[ControllerConfig, list[str]]:
+    """The config in `text` and the warnings about it (unknown keys, each with its line).
+
+    `source` names the file in messages; `home` is the user's home directory, for the default
+    `controllerStorePath`. Raises ConfigError for a bad value (the first one found) or a
+    malformed escape.
+    """
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for entry in parse_properties(text, source=source):
+        key = _KEYS_BY_NAME.get(entry.key)
+        if key is None:
+            warnings.append(f"{source}:{entry.line}: unknown key {entry.key} ignored")
+            continue
+        text_value = entry.value.strip()
+        if not text_value:
+            raise ConfigError(f"{source}:{entry.line}: {entry.key} is empty")
+        try:
+            values[key.attr] = key.parse(text_value)
+        except ValueError as err:
+            raise ConfigError(f"{source}:{entry.line}: {entry.key}={text_value!r} {err}") from err
+    if "controller_store_path" not in values:
+        values["controller_store_path"] = f"{home.rstrip('/')}/{CONTROLLER_STORE_DIR_NAME}"
+    return dataclasses.replace(ControllerConfig(), **values), warnings
