@@ -232,6 +232,11 @@ class RemotingConnection(asyncio.Protocol):
         """Return once the connection is closed."""
         await asyncio.shield(self._closed)
 
+    def add_close_callback(self, callback: Callable[[RemotingConnection], None]) -> None:
+        """Call `callback(self)` from the event loop once the connection is closed (soon, if
+        it already is). Used by owners of per-connection state (e.g. a broker's client table)."""
+        self._closed.add_done_callback(lambda _: callback(self))
+
     # -- sending ---------------------------------------------------------------------------
 
     async def invoke(self, command: RemotingCommand, timeout_ms: int) -> RemotingCommand:

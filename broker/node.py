@@ -1,0 +1,359 @@
+"""`BrokerNode`: builds one broker from its `BrokerConfig` and runs it in one TaskGroup.
+
+Start: open the store (recovery, in a worker thread), load `config/topics.json`,
+`subscriptionGroup.json` and `consumerOffset.json`, bind the remoting server on `listenPort`
+(port 0 picks a free one, for tests), register every processor, start the metrics endpoint, then
+run the background tasks: the store's loops, the name-server registration, client housekeeping,
+consumer-ids notifications, the long-polling check, the periodic consumer-offset persist and the
+TPS sampler of the runtime info.
+
+Modes:
+- standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
+  controller involved; this is what pyrmq runs today;
+- controller mode: the store starts fenced (writes refused with 14) and the broker does not
+  register with name servers until the ReplicasManager (not built yet) gives it a role;
+- `brokerId != 0` without controller mode (RocketMQ's old master/slave HA) is refused at start.
+
+Graceful stop (`request_stop()`, or SIGTERM/SIGINT with `handle_signals`), in this order:
+1. parked pulls are answered and no pull parks any more; the server stops accepting and reading,
+   lets running requests answer (bounded), and closes every connection;
+2. UNREGISTER_BROKER goes to every name server;
+3. background tasks are cancelled;
+4. consumer offsets, topics and subscription groups are persisted;
+5. the store is closed: flushed, checkpoint written, abort file removed.
+A failing task ends `run()` with its error after closing the servers and the store. A
+`DataInvariantError` is the exception: the store is fenced and left as it is (no clean close,
+the abort file stays), so the next start recovers as after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import socket
+import time
+from typing import Final
+
+from broker.client_manager import ClientManager, ConsumerIdsNotifier
+from broker.config import BrokerConfig, MetricsExporterType
+from broker.config_file import (
+    CONFIG_DIR_NAME,
+    CONSUMER_OFFSET_FILE_NAME,
+    SUBSCRIPTION_GROUP_FILE_NAME,
+    TOPICS_FILE_NAME,
+    ConfigFile,
+)
+from broker.consumer_offsets import ConsumerOffsetManager
+from broker.errors import BrokerConfigError
+from broker.metrics import BrokerMetrics
+from broker.metrics_http import MetricsHttpServer
+from broker.namesrv_registration import BrokerRegistrationIdentity, NamesrvRegistration
+from broker.processors.admin import AdminProcessor
+from broker.processors.client import ClientProcessor
+from broker.processors.offsets import OffsetProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.router import Router
+from broker.processors.send import SendProcessor
+from broker.pull_hold import (
+    CHECK_INTERVAL_LONG_POLLING_MS,
+    CHECK_INTERVAL_SHORT_POLLING_MS,
+    PullHold,
+)
+from broker.runtime_stats import RuntimeStats
+from broker.subscription_groups import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from broker.uniq_id import UniqIdGenerator
+from remoting.codes import RequestCode
+from remoting.server import RemotingServer, ServerLimits
+from store.errors import DataInvariantError
+from store.message_format import HostPort
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+MASTER_ID: Final = 0
+
+
+def system_wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def check_supported(config: BrokerConfig) -> None:
+    """Refuse configurations pyrmq cannot serve; raises `BrokerConfigError`."""
+    if not config.enable_controller_mode and config.broker_id != MASTER_ID:
+        raise BrokerConfigError(
+            f"brokerId={config.broker_id} without enableControllerMode: pyrmq serves standalone "
+            "masters (brokerId=0) or controller mode; RocketMQ's old master/slave HA is not "
+            "supported", key="brokerId",
+        )
+
+
+def resolve_ip(host: str) -> str:
+    """`host` as an IP literal (resolving a host name; blocking)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return socket.gethostbyname(host)
+    return host
+
+
+class BrokerNode:
+    """One broker process's objects and tasks. `run()` until `request_stop()`."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        handle_signals: bool = False,
+        server_limits: ServerLimits | None = None,
+    ) -> None:
+        check_supported(config)
+        self.config = config
+        self._handle_signals = handle_signals
+        self._server_limits = server_limits or ServerLimits(
+            idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000
+        )
+        self._stop = asyncio.Event()
+        self.started = asyncio.Event()
+        self.store: MessageStore | None = None
+        self.server: RemotingServer | None = None
+        self.metrics_server: MetricsHttpServer | None = None
+        self.registration: NamesrvRegistration | None = None
+        self.topic_configs: TopicConfigManager | None = None
+        self.consumer_offsets: ConsumerOffsetManager | None = None
+        self.subscription_groups: SubscriptionGroupManager | None = None
+        self.clients: ClientManager | None = None
+        self.pull_hold: PullHold | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.broker_addr = ""
+        self._server_closed = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(brokerIP1, bound listen port): where clients connect."""
+        if self.server is None:
+            raise RuntimeError("broker is not started")
+        return self.config.broker_ip1, self.server.address[1]
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return None if self.metrics_server is None else self.metrics_server.address
+
+    def request_stop(self) -> None:
+        """Begin the graceful stop (idempotent; safe from a signal handler)."""
+        if not self._stop.is_set():
+            log.info("broker stop requested")
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Start, serve until `request_stop()`, stop gracefully (module docstring)."""
+        config = self.config
+        boot_ms = system_wall_ms()
+        store = MessageStore(config.to_store_config())
+        report = await asyncio.to_thread(store.open)
+        self.store = store
+        log.info("store opened root=%s max_phy_offset=%d abnormal=%s", config.store_path_root_dir,
+                 report.max_phy_offset, report.abnormal)
+        loop = asyncio.get_running_loop()
+        if self._handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        clean = False
+        try:
+            await self._serve(store, boot_ms)
+            clean = True
+        except BaseException as err:
+            if _is_data_invariant(err):
+                log.exception("data invariant broken, stopping without a clean close")
+                store.fenced = True  # no write after this; the store is left for recovery
+                await self._close_quietly()
+                raise
+            await self._close_quietly()
+            await asyncio.to_thread(store.close)
+            raise
+        finally:
+            if self._handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        if clean:
+            await asyncio.to_thread(store.close)
+            log.info("broker stopped cleanly")
+
+    async def _serve(self, store: MessageStore, boot_ms: int) -> None:
+        config = self.config
+        if config.enable_controller_mode:
+            store.fenced = True
+            log.warning("controller mode: the ReplicasManager is not built yet; the broker stays "
+                        "fenced (writes refused, no name-server registration)")
+        config_dir = config.store_path_root_dir / CONFIG_DIR_NAME
+        topics = TopicConfigManager(config, ConfigFile(config_dir / TOPICS_FILE_NAME),
+                                    wall_ms=system_wall_ms)
+        groups = SubscriptionGroupManager(
+            ConfigFile(config_dir / SUBSCRIPTION_GROUP_FILE_NAME),
+            auto_create=config.auto_create_subscription_group, wall_ms=system_wall_ms,
+        )
+        offsets = ConsumerOffsetManager(
+            ConfigFile(config_dir / CONSUMER_OFFSET_FILE_NAME),
+            flush_interval_ms=config.flush_consumer_offset_interval_ms, wall_ms=system_wall_ms,
+        )
+        for manager in (topics, groups, offsets):
+            await asyncio.to_thread(manager.load)
+        self.topic_configs, self.subscription_groups, self.consumer_offsets = \
+            topics, groups, offsets
+        metrics = BrokerMetrics(cluster=config.broker_cluster_name, node_id=config.broker_name)
+        notifier = ConsumerIdsNotifier(enabled=config.notify_consumer_ids_changed_enable)
+        clients = ClientManager(channel_expired_timeout_ms=config.channel_expired_timeout_ms,
+                                on_group_changed=notifier.request)
+        notifier.bind(clients.consumer_channels)
+        pull_hold = PullHold(
+            max_offset=store.max_offset_in_queue,
+            check_interval_ms=CHECK_INTERVAL_LONG_POLLING_MS if config.long_polling_enable
+            else CHECK_INTERVAL_SHORT_POLLING_MS,
+        )
+        self.metrics, self.clients, self.pull_hold = metrics, clients, pull_hold
+        runtime_stats = RuntimeStats(put_count=lambda: metrics.put_message_count,
+                                     get_count=lambda: metrics.get_message_count)
+        ip1 = await asyncio.to_thread(resolve_ip, config.broker_ip1)
+        router = Router(metrics)
+        server = RemotingServer(router.handle, limits=self._server_limits, name="broker")
+        # Processors are registered right after the bind, with no await in between: no request
+        # can be read before they are in place.
+        await server.start(config.bind_address, config.listen_port)
+        self.server = server
+        port = server.address[1]
+        store_host = HostPort.from_str(f"{ip1}:{port}")
+        self.broker_addr = f"{config.broker_ip1}:{port}"
+        self._register_processors(
+            router, store, store_host, boot_ms, topics=topics, groups=groups, offsets=offsets,
+            clients=clients, pull_hold=pull_hold, metrics=metrics, runtime_stats=runtime_stats,
+        )
+        registration = NamesrvRegistration(
+            namesrv_addrs=config.namesrv_addr_list,
+            identity=BrokerRegistrationIdentity(
+                cluster_name=config.broker_cluster_name,
+                broker_name=config.broker_name,
+                broker_addr=self.broker_addr,
+                ha_server_addr=f"{config.broker_ip2}:{config.ha_listen_port}",
+                broker_id=MASTER_ID,
+            ),
+            topic_table=lambda: topics.serialize_wrapper(
+                broker_permission=config.broker_permission
+            ),
+            period_ms=config.register_name_server_period_effective_ms,
+            timeout_ms=config.register_broker_timeout_ms,
+            isolated=lambda: store.fenced,
+        )
+        self.registration = registration
+        topics.add_change_listener(registration.request_register)
+        for name, value in (
+            ("rocketmq_topic_number", lambda: float(len(topics))),
+            ("rocketmq_consumer_group_number", lambda: float(len(groups))),
+            ("rocketmq_producer_connections", lambda: float(clients.producer_connection_count)),
+            ("rocketmq_consumer_connections", lambda: float(clients.consumer_connection_count)),
+        ):
+            metrics.bind_gauge(name, value)
+        await self._start_metrics(metrics)
+        log.info("broker started broker_name=%s cluster=%s address=%s namesrv=%s",
+                 config.broker_name, config.broker_cluster_name, self.broker_addr,
+                 ";".join(config.namesrv_addr_list) or "-")
+        self.started.set()
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(store.run(), name="store"),
+                group.create_task(registration.run(), name="namesrv-registration"),
+                group.create_task(clients.run(), name="client-housekeeping"),
+                group.create_task(notifier.run(), name="consumer-ids-notifier"),
+                group.create_task(pull_hold.run(), name="pull-hold-check"),
+                group.create_task(offsets.run(), name="consumer-offset-persist"),
+                group.create_task(runtime_stats.run(), name="runtime-stats"),
+            ]
+            await self._stop.wait()
+            log.info("broker stopping")
+            await self._close_quietly()
+            await registration.unregister()
+            for task in tasks:
+                task.cancel()
+        await offsets.persist()
+        await topics.persist()
+        await groups.persist()
+
+    def _register_processors(
+        self, router: Router, store: MessageStore, store_host: HostPort, boot_ms: int, *,
+        topics: TopicConfigManager, groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager, clients: ClientManager, pull_hold: PullHold,
+        metrics: BrokerMetrics, runtime_stats: RuntimeStats,
+    ) -> None:
+        config = self.config
+        send = SendProcessor(
+            config=config, store=store, topic_configs=topics, subscription_groups=groups,
+            pull_hold=pull_hold, metrics=metrics,
+            uniq_ids=UniqIdGenerator(store_host.ip), store_host=store_host,
+        )
+        pull = PullProcessor(
+            config=config, store=store, topic_configs=topics, subscription_groups=groups,
+            consumer_offsets=offsets, clients=clients, pull_hold=pull_hold, metrics=metrics,
+        )
+        offset = OffsetProcessor(store=store, topic_configs=topics, subscription_groups=groups,
+                                 consumer_offsets=offsets)
+        client = ClientProcessor(clients=clients, topic_configs=topics,
+                                 subscription_groups=groups)
+        admin = AdminProcessor(config=config, store=store, topic_configs=topics,
+                               subscription_groups=groups, consumer_offsets=offsets,
+                               metrics=metrics, runtime_stats=runtime_stats,
+                               boot_timestamp_ms=boot_ms)
+        router.register({
+            RequestCode.SEND_MESSAGE: send.send_message,
+            RequestCode.SEND_MESSAGE_V2: send.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: send.send_message,
+            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.PULL_MESSAGE: pull.pull_message,
+            RequestCode.LITE_PULL_MESSAGE: pull.pull_message,  # Java's lite pull consumer
+            RequestCode.QUERY_CONSUMER_OFFSET: offset.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: offset.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: offset.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: offset.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offset.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: offset.get_earliest_msg_store_time,
+            RequestCode.VIEW_MESSAGE_BY_ID: offset.view_message_by_id,
+            RequestCode.HEART_BEAT: client.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: client.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: client.get_consumer_list_by_group,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+        })
+
+    async def _start_metrics(self, metrics: BrokerMetrics) -> None:
+        exporter = self.config.metrics_exporter_type
+        if exporter is MetricsExporterType.DISABLE:
+            return
+        if exporter is not MetricsExporterType.PROM:
+            log.warning("metricsExporterType=%s is not supported, serving PROM instead",
+                        exporter.name)
+        server = MetricsHttpServer(metrics.render)
+        await server.start(self.config.metrics_prom_exporter_host,
+                           self.config.metrics_prom_exporter_port)
+        self.metrics_server = server
+
+    async def _close_quietly(self) -> None:
+        """Answer parked pulls and close the servers, once (also on the error path)."""
+        if self.pull_hold is not None:
+            self.pull_hold.close()
+        if self.server is not None and not self._server_closed:
+            self._server_closed = True
+            await self.server.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
+            self.metrics_server = None
+
+
+def _is_data_invariant(err: BaseException) -> bool:
+    if isinstance(err, DataInvariantError):
+        return True
+    if isinstance(err, BaseExceptionGroup):
+        return any(_is_data_invariant(inner) for inner in err.exceptions)
+    return False

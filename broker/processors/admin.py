@@ -1,0 +1,223 @@
+"""Admin and slave-sync codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
+GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)
+(remoting-protocol.md §6.11, §10).
+
+UPDATE_AND_CREATE_TOPIC follows Java 5.3.3's `AdminBrokerProcessor.updateAndCreateTopic`:
+an invalid name or (with `validateSystemTopicWhenUpdateTopic`) a system topic is 29; a config
+equal to the stored one is 0 with no change; otherwise the config is stored, persisted,
+registered with the name servers (the topic manager's change listener) and answered 0.
+Topic `attributes` (`+key=value,...`) are stored as given; Java also checks them against its
+known attribute names, pyrmq does not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+
+from broker.config import BrokerConfig
+from broker.config_file import dump_pretty
+from broker.consumer_offsets import ConsumerOffsetManager
+from broker.metrics import BrokerMetrics
+from broker.runtime_stats import RuntimeStats
+from broker.subscription_groups import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager, validate_topic
+from remoting.bodies import KVTable, TopicConfig, TopicFilterType
+from remoting.codes import PYRMQ_VERSION, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
+from remoting.fastjson import dump_fastjson
+from remoting.headers import CreateTopicRequestHeader
+from store.message_store import MessageStore
+
+VERSION_DESC = "V5_3_3"
+
+
+def parse_attributes(text: str | None) -> dict[str, str]:
+    """`AttributeParser.parseToMap` for additions: `+a=1,+b=2` -> {"a": "1", "b": "2"}.
+
+    Raises ValueError for an entry that is not `+key=value` (deletions `-key` only make sense
+    against an existing topic and are refused here too).
+    """
+    attributes: dict[str, str] = {}
+    if not text:
+        return attributes
+    for entry in text.split(","):
+        if not entry.startswith("+") or "=" not in entry:
+            raise ValueError(f"attribute {entry!r} is not +key=value")
+        key, value = entry[1:].split("=", 1)
+        if not key:
+            raise ValueError(f"attribute {entry!r} has an empty key")
+        attributes[key] = value
+    return attributes
+
+
+def human_readable_bytes(count: int) -> str:
+    """`MixAll.humanReadableByteCount(bytes, false)`: binary units, one decimal."""
+    if count < 1024:
+        return f"{count} B"
+    units = "KMGTPE"
+    exponent = 0
+    value = float(count)
+    while value >= 1024 and exponent < len(units):
+        value /= 1024
+        exponent += 1
+    return f"{value:.1f} {units[exponent - 1]}iB"
+
+
+def runtime_text(elapsed_ms: int) -> str:
+    """Java's `StoreStatsService.getFormatRuntime`."""
+    seconds = elapsed_ms // 1000
+    days, seconds = divmod(seconds, 86_400)
+    hours, seconds = divmod(seconds, 3_600)
+    minutes, seconds = divmod(seconds, 60)
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]"
+
+
+class AdminProcessor:
+    """Topic administration, runtime information and the tables slaves copy."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        topic_configs: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        consumer_offsets: ConsumerOffsetManager,
+        metrics: BrokerMetrics,
+        runtime_stats: RuntimeStats,
+        boot_timestamp_ms: int,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._topics = topic_configs
+        self._groups = subscription_groups
+        self._offsets = consumer_offsets
+        self._metrics = metrics
+        self._stats = runtime_stats
+        self._boot_timestamp_ms = boot_timestamp_ms
+        self._wall_ms = wall_ms
+
+    async def update_and_create_topic(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        invalid = validate_topic(header.topic)
+        if invalid is not None:
+            return request.make_response(ResponseCode.INVALID_PARAMETER, remark=invalid)
+        if self._config.validate_system_topic_when_update_topic and \
+                self._topics.is_system_topic(header.topic):
+            return request.make_response(
+                ResponseCode.INVALID_PARAMETER,
+                remark=f"The topic[{header.topic}] is conflict with system topic.",
+            )
+        try:
+            filter_type = TopicFilterType[header.topic_filter_type]
+            attributes = parse_attributes(header.attributes)
+        except (KeyError, ValueError) as err:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"topic {header.topic}: bad topicFilterType or attributes: {err}",
+            )
+        topic_config = TopicConfig(
+            topic_name=header.topic,
+            read_queue_nums=header.read_queue_nums,
+            write_queue_nums=header.write_queue_nums,
+            perm=header.perm,
+            topic_filter_type=filter_type,
+            topic_sys_flag=header.topic_sys_flag or 0,
+            order=header.order,
+            attributes=attributes,
+        )
+        await self._topics.update(topic_config)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def get_all_topic_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        wrapper = self._topics.serialize_wrapper()
+        return request.make_response(ResponseCode.SUCCESS, body=wrapper.encode())
+
+    async def get_all_consumer_offset(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        body = dump_fastjson(self._offsets.encode_json_value()).encode("utf-8")
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def get_all_subscription_group_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        body = dump_pretty(self._groups.encode(), pretty=False).encode("utf-8")
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def get_broker_runtime_info(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return request.make_response(
+            ResponseCode.SUCCESS, body=KVTable(self.runtime_info()).encode()
+        )
+
+    def runtime_info(self) -> dict[str, str]:
+        """The KVTable of GET_BROKER_RUNTIME_INFO: Java's keys that `mqadmin clusterList` and
+        `brokerStatus` read, with the same meaning and format."""
+        now = self._wall_ms()
+        store = self._store
+        root = self._config.store_path_root_dir
+        try:
+            usage = shutil.disk_usage(root)
+            disk_ratio = usage.used / usage.total if usage.total else 0.0
+            capacity = (f"Total : {human_readable_bytes(usage.total)}, "
+                        f"Free : {human_readable_bytes(usage.free)}.")
+        except OSError:
+            disk_ratio, capacity = -1.0, ""
+        earliest = 0
+        if store.max_phy_offset > store.min_phy_offset:
+            try:
+                earliest = store.store_timestamp_at(store.min_phy_offset, 0)
+            except IndexError:
+                earliest = 0
+        return {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": str(PYRMQ_VERSION),
+            "brokerActive": "true",
+            "bootTimestamp": str(self._boot_timestamp_ms),
+            "runtime": runtime_text(now - self._boot_timestamp_ms),
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(self._metrics.put_message_count),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": str(self._metrics.get_message_count),
+            "commitLogMinOffset": str(store.min_phy_offset),
+            "commitLogMaxOffset": str(store.max_phy_offset),
+            "commitLogDiskRatio": str(disk_ratio),
+            "consumeQueueDiskRatio": str(disk_ratio),
+            "commitLogDirCapacity": capacity,
+            "dispatchBehindBytes": str(store.dispatch_behind_bytes),
+            "remainHowManyDataToFlush": human_readable_bytes(
+                max(0, store.max_phy_offset - store.commitlog.flushed_where)
+            ),
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(earliest),
+            "startAcceptSendRequestTimeStamp": str(
+                self._config.start_accept_send_request_timestamp_ms
+            ),
+            "putTps": self._stats.put.text(),
+            "getTransferredTps": self._stats.get.text(),
+            "putMessageTimesTotal": str(self._metrics.put_message_count),
+            # pyrmq has no thread pools and no timer store: these are Java's idle values.
+            "sendThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+            "topicNumber": str(len(self._topics)),
+            "subscriptionGroupNumber": str(len(self._groups)),
+        }

@@ -1,0 +1,546 @@
+"""Sends: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36) (remoting-protocol.md §6.1-§6.3, §6.11).
+
+Checks come in Java's order (`AbstractSendMessageProcessor.msgCheck`, `SendMessageProcessor`),
+with one deliberate difference: the message's own limits (topic length for the store, body size,
+properties size) are checked *before* an unknown topic is auto-created, so a refused message
+changes nothing at all (reliability.md P5). The codes:
+- 14 SERVICE_NOT_AVAILABLE: the store does not take writes (fenced, disk full, closed);
+- 16 NO_PERMISSION: a topic clients may not send to, an order topic on a non-writable broker,
+  a transactional message (pyrmq has no transactions);
+- 29 INVALID_PARAMETER: a topic name `TopicValidator` refuses (characters, > 127 or > 255 for
+  retry/DLQ topics), a queue id beyond the topic's queues;
+- 13 MESSAGE_ILLEGAL: the store's limits (a DLQ topic over 127 chars, body over
+  `maxMessageSize`, properties over 32767 bytes with the CRC reservation), a malformed batch,
+  a batch to a retry topic or with a transactional/delay flag;
+- 17 TOPIC_NOT_EXIST: unknown topic and no auto-creation; 26 for a retry topic of an unknown group.
+Every non-success code except 10 means nothing was appended (reliability.md M2).
+
+Send-back (a consumer hands a failed message back) re-stores the message in `%RETRY%<group>`
+with `RETRY_TOPIC`, `ORIGIN_MESSAGE_ID` and reconsumeTimes + 1, or in `%DLQ%<group>` once
+reconsumeTimes reaches the group's maximum (16) or for delayLevel < 0. pyrmq has no schedule
+(delay) service yet: retries are delivered at once, not after the delay level's wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import struct
+import time
+from collections.abc import Mapping
+from typing import Final
+
+from broker.config import BrokerConfig
+from broker.metrics import BrokerMetrics
+from broker.pull_hold import PullHold
+from broker.subscription_groups import SubscriptionGroupManager
+from broker.topic_config import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigManager,
+    dlq_topic,
+    is_writeable,
+    retry_topic,
+    validate_topic,
+)
+from broker.uniq_id import UniqIdGenerator
+from remoting.bodies import PERM_READ, PERM_WRITE, TopicConfig, TopicFilterType
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
+from remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from store.errors import (
+    DiskFullError,
+    MessageIllegalError,
+    RecordCorruptError,
+    StoreError,
+    WriteRefusedError,
+)
+from store.message_format import (
+    MAX_PROPERTIES_BYTES,
+    PROPERTY_CRC_RESERVED_BYTES,
+    PROPERTY_UNIQ_KEY,
+    RETRY_TOPIC_CHARS_MAX,
+    TOPIC_CHARS_MAX,
+    HostPort,
+    MessageRecord,
+    SysFlag,
+    decode_batch_body,
+    decode_record,
+    encode_properties,
+    offset_msg_id,
+    parse_properties,
+    prepare_batch,
+    prepare_message,
+)
+from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+PROPERTY_CLUSTER: Final = "CLUSTER"
+PROPERTY_POP_CK: Final = "POP_CK"
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+PROPERTY_DELAY_TIME_LEVEL: Final = "DELAY"
+PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROPERTY_MSG_REGION: Final = "MSG_REGION"
+PROPERTY_TRACE_SWITCH: Final = "TRACE_ON"
+PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
+_DELAY_PROPERTIES: Final = ("__STARTDELIVERTIME", PROPERTY_DELAY_TIME_LEVEL, "TIMER_DELIVER_MS",
+                            "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+DLQ_NUMS_PER_GROUP: Final = 1
+VERSION_V3_4_9: Final = 121  # MQVersion.Version.V3_4_9.ordinal(): maxReconsumeTimes honoured
+_TOTAL_SIZE: Final = struct.Struct(">i")
+_UNKNOWN_HOST: Final = HostPort(bytes(4), 0)
+
+
+def born_host_of(connection: RemotingConnection) -> HostPort:
+    """The producer's address as BORNHOST (the connection's peer)."""
+    try:
+        return HostPort.from_str(connection.peer)
+    except ValueError:
+        return _UNKNOWN_HOST
+
+
+def message_limits_error(
+    topic: str, *, body_bytes: int, properties: bytes, max_message_size: int,
+    append_prop_crc: bool,
+) -> str | None:
+    """The store's limits on one message, checked early (before any topic is created); None
+    if they hold. `prepare_message` checks them again and stays the authority (it may still
+    refuse what this accepts, never the other way round)."""
+    limit = RETRY_TOPIC_CHARS_MAX if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) \
+        else TOPIC_CHARS_MAX
+    if len(topic) > limit:
+        return f"topic {topic[:60]!r}...: {len(topic)} chars exceeds the limit of {limit}"
+    if body_bytes > max_message_size:
+        return f"topic {topic}: body_size={body_bytes} exceeds max_message_size={max_message_size}"
+    reserved = 0
+    if append_prop_crc:
+        # The __CRC32# reservation, and the 0x02 the store adds to an unterminated string.
+        reserved = PROPERTY_CRC_RESERVED_BYTES + (1 if properties and properties[-1] != 2 else 0)
+    if len(properties) + reserved > MAX_PROPERTIES_BYTES:
+        return (
+            f"topic {topic}: properties_size={len(properties)} (+{reserved} reserved) exceeds "
+            f"the limit of {MAX_PROPERTIES_BYTES}"
+        )
+    return None
+
+
+def send_response_fields(
+    *, queue_id: int, transaction_id: str | None, msg_id: str, trace_on: bool, region_id: str,
+    queue_offset: int,
+) -> dict[str, str]:
+    """A stored send's `extFields`, in the order a Java broker writes them (its HashMap
+    order, remoting-protocol.md §15.2), so the header is byte-identical."""
+    fields = {"queueId": str(queue_id)}
+    if transaction_id is not None:
+        fields["transactionId"] = transaction_id
+    fields["msgId"] = msg_id
+    fields[PROPERTY_TRACE_SWITCH] = "true" if trace_on else "false"
+    fields[PROPERTY_MSG_REGION] = region_id
+    fields["queueOffset"] = str(queue_offset)
+    return fields
+
+
+def message_type_of(properties: Mapping[str, str]) -> str:
+    """`BrokerMetricsManager.getMessageType`: the `message_type` label of a send."""
+    if _true(properties.get(PROPERTY_TRANSACTION_PREPARED)):
+        return "transaction"
+    if PROPERTY_SHARDING_KEY in properties:
+        return "fifo"
+    if any(properties.get(key) is not None for key in _DELAY_PROPERTIES):
+        return "delay"
+    return "normal"
+
+
+def _true(value: str | None) -> bool:
+    return value is not None and value.lower() == "true"
+
+
+class SendProcessor:
+    """Stores sent messages. `store_host` is this broker's `brokerIP1:listenPort` (STOREHOST
+    of every record and the host part of every msgId)."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        topic_configs: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        pull_hold: PullHold,
+        metrics: BrokerMetrics,
+        uniq_ids: UniqIdGenerator,
+        store_host: HostPort,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._topics = topic_configs
+        self._groups = subscription_groups
+        self._pull_hold = pull_hold
+        self._metrics = metrics
+        self._uniq_ids = uniq_ids
+        self.store_host = store_host
+
+    # -- responses -------------------------------------------------------------------------
+
+    def _trailer(self) -> dict[str, str]:
+        return {
+            PROPERTY_TRACE_SWITCH: "true" if self._config.trace_on else "false",
+            PROPERTY_MSG_REGION: self._config.region_id,
+        }
+
+    def _refuse(self, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return request.make_response(code, remark=remark, ext_fields=self._trailer())
+
+    def _stored(
+        self, request: RemotingCommand, code: int, *, msg_id: str, queue_id: int,
+        queue_offset: int, transaction_id: str | None,
+    ) -> RemotingCommand:
+        return request.make_response(code, ext_fields=send_response_fields(
+            queue_id=queue_id, transaction_id=transaction_id, msg_id=msg_id,
+            trace_on=self._config.trace_on, region_id=self._config.region_id,
+            queue_offset=queue_offset,
+        ))
+
+    def _put_code(self, result: PutResult) -> int:
+        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            return ResponseCode.FLUSH_DISK_TIMEOUT
+        return ResponseCode.SUCCESS
+
+    def _store_refusal(self, request: RemotingCommand, err: StoreError) -> RemotingCommand:
+        if isinstance(err, MessageIllegalError):
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, str(err))
+        if isinstance(err, WriteRefusedError | DiskFullError):
+            return self._refuse(
+                request, ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"service not available now: {err}",
+            )
+        log.error("append failed error=%s", err)
+        return self._refuse(request, ResponseCode.SYSTEM_ERROR, f"append failed: {err}")
+
+    def _not_writable(self) -> str | None:
+        if self._store.fenced:
+            return "service not available now: the store is fenced (no role that takes writes)"
+        if self._store.disk_full:
+            return "service not available now: the broker's disk is full"
+        return None
+
+    # -- the common checks (msgCheck) ------------------------------------------------------
+
+    def _check_topic(self, request: RemotingCommand, topic: str) -> RemotingCommand | None:
+        if not is_writeable(self._config.broker_permission) and self._topics.is_order_topic(topic):
+            return self._refuse(request, ResponseCode.NO_PERMISSION,
+                                f"the broker[{self._config.broker_ip1}] sending message is "
+                                "forbidden")
+        invalid = validate_topic(topic)
+        if invalid is not None:
+            return self._refuse(request, ResponseCode.INVALID_PARAMETER, invalid)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return self._refuse(request, ResponseCode.NO_PERMISSION,
+                                f"Sending message to topic[{topic}] is forbidden.")
+        return None
+
+    async def _topic_config(
+        self, request: RemotingCommand, header: SendMessageRequestHeader
+    ) -> TopicConfig | RemotingCommand:
+        topic = header.topic
+        topic_sys_flag = 0
+        if header.unit_mode:
+            topic_sys_flag = 0x2 if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 0x1
+        found = await self._topics.create_in_send_message(
+            topic, header.default_topic, client_queue_nums=header.default_topic_queue_nums,
+            topic_sys_flag=topic_sys_flag,
+        )
+        if found is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            found = await self._topics.create_in_send_back(
+                topic, queue_nums=1, perm=PERM_READ | PERM_WRITE, topic_sys_flag=topic_sys_flag
+            )
+        if found is None:
+            return self._refuse(request, ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic[{topic}] not exist, apply first please!")
+        if header.queue_id >= max(found.write_queue_nums, found.read_queue_nums):
+            return self._refuse(
+                request, ResponseCode.INVALID_PARAMETER,
+                f"request queueId[{header.queue_id}] is illegal, topic {topic} has "
+                f"{found.write_queue_nums} write / {found.read_queue_nums} read queues",
+            )
+        return found
+
+    # -- SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE -----------------------------------
+
+    async def send_message(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Answer 10, 310 or 320 (a batch is recognised by `batch == true`, as in Java)."""
+        if request.code == RequestCode.SEND_MESSAGE:
+            header = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
+        else:
+            header = SendMessageRequestHeader.from_ext_fields_v2(request.ext_fields)
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms < self._config.start_accept_send_request_timestamp_ms:
+            return self._refuse(request, ResponseCode.SYSTEM_ERROR,
+                                "broker unable to service, until "
+                                f"{self._config.start_accept_send_request_timestamp_ms}")
+        unavailable = self._not_writable()
+        if unavailable is not None:
+            return self._refuse(request, ResponseCode.SERVICE_NOT_AVAILABLE, unavailable)
+        refused = self._check_topic(request, header.topic)
+        if refused is not None:
+            return refused
+        if header.batch:
+            return await self._send_batch(connection, request, header)
+        return await self._send_one(connection, request, header)
+
+    async def _send_one(
+        self, connection: RemotingConnection, request: RemotingCommand,
+        header: SendMessageRequestHeader,
+    ) -> RemotingCommand:
+        properties = parse_properties((header.properties or "").encode())
+        message_type = message_type_of(properties)
+        properties.pop(PROPERTY_POP_CK, None)
+        if _true(properties.get(PROPERTY_TRANSACTION_PREPARED)):
+            return self._refuse(request, ResponseCode.NO_PERMISSION,
+                                f"the broker[{self._config.broker_ip1}] sending transaction "
+                                "message is forbidden (pyrmq has no transactions)")
+        transaction_id = properties.get(PROPERTY_UNIQ_KEY)
+        if not transaction_id:
+            transaction_id = self._uniq_ids.next_id()
+            properties[PROPERTY_UNIQ_KEY] = transaction_id
+        properties[PROPERTY_CLUSTER] = self._config.broker_cluster_name
+        topic = header.topic
+        refused = self._check_limits(request, topic, properties)
+        if refused is not None:
+            return refused
+        queue_id = header.queue_id
+        reconsume_times = header.reconsume_times or 0
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX)
+            group_config = await self._groups.find_or_create(group)
+            if group_config is None:
+                return self._refuse(request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                    f"subscription group not exist, {group}")
+            max_reconsume_times = group_config.retry_max_times
+            if request.version >= VERSION_V3_4_9 and header.max_reconsume_times is not None:
+                max_reconsume_times = header.max_reconsume_times
+            if reconsume_times > max_reconsume_times:
+                properties[PROPERTY_DELAY_TIME_LEVEL] = "-1"
+                topic = dlq_topic(group)
+                refused = self._check_limits(request, topic, properties)
+                if refused is not None:
+                    return refused
+                queue_id = secrets.randbelow(DLQ_NUMS_PER_GROUP)
+                self._metrics.send_to_dlq(header.topic, group, is_system=False)
+        if topic != header.topic:
+            topic_config = await self._topics.create_in_send_back(
+                topic, queue_nums=DLQ_NUMS_PER_GROUP, perm=PERM_READ | PERM_WRITE,
+                topic_sys_flag=0,
+            )
+        else:
+            found = await self._topic_config(request, header)
+            if isinstance(found, RemotingCommand):
+                return found
+            topic_config = found
+            if queue_id < 0:
+                queue_id = secrets.randbelow(max(1, topic_config.write_queue_nums))
+        sys_flag = header.sys_flag
+        if topic_config.topic_filter_type is TopicFilterType.MULTI_TAG:
+            sys_flag |= SysFlag.MULTI_TAGS_FLAG
+        try:
+            msg = prepare_message(
+                topic=topic, queue_id=queue_id, flag=header.flag, body=request.body,
+                properties=encode_properties(properties), sys_flag=sys_flag,
+                born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
+                store_host=self.store_host, reconsume_times=reconsume_times,
+                append_prop_crc=self._config.enabled_append_prop_crc,
+                max_message_size=self._config.max_message_size,
+            )
+            result = await self._store.put_message(msg)
+        except StoreError as err:
+            return self._store_refusal(request, err)
+        self._after_append(topic, queue_id, result.append, msg.tags_code, message_type)
+        return self._stored(
+            request, self._put_code(result),
+            msg_id=offset_msg_id(self.store_host, result.append.phy_offset), queue_id=queue_id,
+            queue_offset=result.append.queue_offset, transaction_id=transaction_id,
+        )
+
+    def _check_limits(self, request: RemotingCommand, topic: str,
+                      properties: dict[str, str]) -> RemotingCommand | None:
+        """The store's limits (module docstring), before anything is created: 13 or None."""
+        try:
+            properties_raw = encode_properties(properties)
+        except MessageIllegalError as err:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, str(err))
+        illegal = message_limits_error(
+            topic, body_bytes=len(request.body), properties=properties_raw,
+            max_message_size=self._config.max_message_size,
+            append_prop_crc=self._config.enabled_append_prop_crc,
+        )
+        if illegal is not None:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
+        return None
+
+    async def _send_batch(
+        self, connection: RemotingConnection, request: RemotingCommand,
+        header: SendMessageRequestHeader,
+    ) -> RemotingCommand:
+        topic = header.topic
+        if len(topic) > TOPIC_CHARS_MAX:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                f"message topic length too long {len(topic)}")
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                f"batch request does not support retry group {topic}")
+        batch_properties = parse_properties((header.properties or "").encode())
+        if _true(batch_properties.get(PROPERTY_TRANSACTION_PREPARED)):
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                "batch message does not support transaction")
+        delay = batch_properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        if delay is not None and delay.strip() not in ("", "0"):
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                "batch message does not support delay level")
+        if len(request.body) > self._config.max_message_size:
+            return self._refuse(
+                request, ResponseCode.MESSAGE_ILLEGAL,
+                f"topic {topic}: batch body_size={len(request.body)} exceeds max_message_size="
+                f"{self._config.max_message_size}",
+            )
+        try:
+            inner = decode_batch_body(request.body)
+        except MessageIllegalError as err:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, str(err))
+        if not inner:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                f"topic {topic}: batch has no messages")
+        for index, (_, _, raw_properties) in enumerate(inner):
+            illegal = message_limits_error(
+                topic, body_bytes=0, properties=raw_properties,
+                max_message_size=self._config.max_message_size,
+                append_prop_crc=self._config.enabled_append_prop_crc,
+            )
+            if illegal is not None:
+                return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                                    f"batch message {index}: {illegal}")
+        found = await self._topic_config(request, header)
+        if isinstance(found, RemotingCommand):
+            return found
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = secrets.randbelow(max(1, found.write_queue_nums))
+        sys_flag = header.sys_flag
+        if found.topic_filter_type is TopicFilterType.MULTI_TAG:
+            sys_flag |= SysFlag.MULTI_TAGS_FLAG
+        try:
+            batch = prepare_batch(
+                topic=topic, queue_id=queue_id, inner=inner, sys_flag=sys_flag,
+                born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
+                store_host=self.store_host, reconsume_times=header.reconsume_times or 0,
+                append_prop_crc=self._config.enabled_append_prop_crc,
+                max_message_size=self._config.max_message_size,
+            )
+            result = await self._store.put_batch(batch)
+        except StoreError as err:
+            return self._store_refusal(request, err)
+        self._after_append(topic, queue_id, result.append, None,
+                           message_type_of(batch_properties))
+        phy = result.append.phy_offset
+        msg_id = ",".join(offset_msg_id(self.store_host, phy + start)
+                          for start in batch.bounds[:-1])
+        return self._stored(
+            request, self._put_code(result), msg_id=msg_id, queue_id=queue_id,
+            queue_offset=result.append.queue_offset,
+            transaction_id=batch_properties.get(PROPERTY_UNIQ_KEY),
+        )
+
+    def _after_append(self, topic: str, queue_id: int, append: AppendResult,
+                      tags_code: int | None, message_type: str) -> None:
+        self._pull_hold.notify_message_arriving(
+            topic, queue_id, self._store.max_offset_in_queue(topic, queue_id), tags_code
+        )
+        self._metrics.message_in(
+            topic, count=append.msg_count, stored_bytes=append.wrote_bytes,
+            message_type=message_type, is_system=self._topics.is_system_topic(topic),
+        )
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
+
+    def look_message_by_offset(self, phy_offset: int) -> MessageRecord | None:
+        """The verified record at commitlog `phy_offset`, or None if there is none."""
+        try:
+            (size,) = _TOTAL_SIZE.unpack(self._store.commitlog.read(phy_offset, 4))
+            if size <= 0:
+                return None
+            return decode_record(self._store.commitlog.read_record(phy_offset, size))
+        except (IndexError, RecordCorruptError, ValueError) as err:
+            log.warning("no message at phy_offset=%d error=%s", phy_offset, err)
+            return None
+
+    async def consumer_send_msg_back(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Answer 36: re-store a message the consumer failed to process (module docstring)."""
+        header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
+        group_config = await self._groups.find_or_create(header.group)
+        if group_config is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         remark=f"subscription group not exist, {header.group}")
+        if not is_writeable(self._config.broker_permission):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         remark=f"the broker[{self._config.broker_ip1}] "
+                                         "sending message is forbidden")
+        if group_config.retry_queue_nums <= 0:
+            return request.make_response(ResponseCode.SUCCESS)
+        unavailable = self._not_writable()
+        if unavailable is not None:
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=unavailable)
+        topic = retry_topic(header.group)
+        queue_id = secrets.randbelow(group_config.retry_queue_nums)
+        topic_sys_flag = 0x2 if header.unit_mode else 0
+        topic_config = await self._topics.create_in_send_back(
+            topic, queue_nums=group_config.retry_queue_nums, perm=PERM_READ | PERM_WRITE,
+            topic_sys_flag=topic_sys_flag,
+        )
+        if not is_writeable(topic_config.perm):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         remark=f"the topic[{topic}] sending message is forbidden")
+        original = self.look_message_by_offset(header.offset)
+        if original is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         remark=f"look message by offset failed, {header.offset}")
+        properties = original.properties_map()
+        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        max_reconsume_times = group_config.retry_max_times
+        if request.version >= VERSION_V3_4_9 and header.max_reconsume_times is not None:
+            max_reconsume_times = header.max_reconsume_times
+        if original.reconsume_times >= max_reconsume_times or header.delay_level < 0:
+            topic = dlq_topic(header.group)
+            queue_id = secrets.randbelow(DLQ_NUMS_PER_GROUP)
+            await self._topics.create_in_send_back(
+                topic, queue_nums=DLQ_NUMS_PER_GROUP, perm=PERM_READ | PERM_WRITE,
+                topic_sys_flag=0,
+            )
+            self._metrics.send_to_dlq(header.origin_topic or original.topic, header.group,
+                                      is_system=False)
+        # No schedule service: the retry is delivered at once (no DELAY property is set).
+        if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
+            properties[PROPERTY_ORIGIN_MESSAGE_ID] = offset_msg_id(original.store_host,
+                                                                   original.phy_offset)
+        try:
+            msg = prepare_message(
+                topic=topic, queue_id=queue_id, flag=original.flag, body=original.body,
+                properties=encode_properties(properties), sys_flag=original.sys_flag,
+                born_timestamp=original.born_timestamp, born_host=original.born_host,
+                store_host=self.store_host, reconsume_times=original.reconsume_times + 1,
+                append_prop_crc=self._config.enabled_append_prop_crc,
+                max_message_size=self._config.max_message_size,
+            )
+            result = await self._store.put_message(msg)
+        except StoreError as err:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(err))
+        self._after_append(topic, queue_id, result.append, msg.tags_code, "normal")
+        log.debug("sent back message group=%s topic=%s reconsume_times=%d", header.group, topic,
+                  original.reconsume_times + 1)
+        return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,101 @@
+"""`pyrmq-broker`: printing the config, refusing bad files, and a graceful SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker.__main__ import EXIT_OK, EXIT_USAGE, main
+from broker.client import BrokerClient, Message, Producer
+from remoting.codes import RequestCode
+from tests.broker.support import FakeNameServer, wait_until
+
+pytestmark = pytest.mark.timeout(30)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_print_important_config_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-b\nbrokerClusterName=C1\n")
+    assert main(["-c", str(conf), "-n", "10.0.0.1:9876", "-m"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert "brokerName=broker-b" in lines
+    assert "brokerClusterName=C1" in lines
+    assert "namesrvAddr=10.0.0.1:9876" in lines
+    assert not any(line.startswith("haTransferBatchSize=") for line in lines)
+
+
+def test_print_all_config_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-b\n")
+    assert main(["-c", str(conf), "-p"]) == EXIT_OK
+    assert "haTransferBatchSize=32768" in capsys.readouterr().out.splitlines()
+
+
+def test_bad_value_exits_2_naming_key_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-b\nlistenPort=ten\n")
+    assert main(["-c", str(conf), "-p"]) == EXIT_USAGE
+    assert f"{conf}:2: listenPort='ten' is not an int32" in capsys.readouterr().err
+
+
+def test_old_style_slave_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerId=1\nbrokerRole=SLAVE\nstorePathRootDir={tmp_path / 's'}\n")
+    assert main(["-c", str(conf)]) == EXIT_USAGE
+    assert "brokerId=1 without enableControllerMode" in capsys.readouterr().err
+
+
+async def test_sigterm_stops_gracefully_and_unregisters(tmp_path: Path) -> None:
+    async with FakeNameServer() as namesrv:
+        conf = tmp_path / "broker.conf"
+        conf.write_text(
+            "brokerClusterName = DefaultCluster\nbrokerName = broker-a\nbrokerId = 0\n"
+            "brokerIP1 = 127.0.0.1\nbindAddress = 127.0.0.1\nlistenPort = 0\n"
+            f"storePathRootDir = {tmp_path / 'store'}\nmappedFileSizeCommitLog = 1048576\n"
+            "mappedFileSizeConsumeQueue = 20000\nmetricsExporterType = DISABLE\n"
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "broker", "-c", str(conf), "-n", namesrv.address,
+            cwd=REPO, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert process.stderr is not None
+        log: list[str] = []
+        try:
+            async with asyncio.timeout(20):
+                while True:
+                    line = (await process.stderr.readline()).decode()
+                    assert line, f"broker exited early:\n{''.join(log)}"
+                    log.append(line)
+                    if "broker started" in line:
+                        break
+            match = re.search(r"address=127\.0\.0\.1:(\d+)", log[-1])
+            assert match is not None
+            async with await BrokerClient.connect("127.0.0.1", int(match.group(1))) as client:
+                result = await Producer(client, "PG").send(Message("TopicTest", b"x"))
+                assert result.queue_offset == 0
+            await wait_until(lambda: len(namesrv.registrations) >= 1, timeout_s=10,
+                             what="registration")
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(20):
+                rest = (await process.stderr.read()).decode()
+                code = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert code == EXIT_OK, "".join(log) + rest
+        assert "broker stopped cleanly" in rest
+        assert len(namesrv.of_code(RequestCode.UNREGISTER_BROKER)) == 1
+        assert not (tmp_path / "store" / "abort").exists()  # a clean close removes it
+        assert (tmp_path / "store" / "config" / "topics.json").exists()
