@@ -16,7 +16,9 @@ Invariants:
 - A file of any size other than 4096, or with the trailer magic but a wrong CRC, is *bad*:
   `load_checkpoint` says so and returns zeros; the store then recovers as after an abnormal exit
   with `min_timestamp() == 0` (reliability.md §7.2 g), i.e. it scans the whole window.
-- A 4096-byte file without the magic (written by Java) is accepted as it is.
+- A 4096-byte file without the magic (written by Java) is accepted as it is if bytes [40, 4096)
+  are zeros, as Java leaves them; anything else there is *bad* (random bytes would otherwise
+  pass for a Java file with random offsets and timestamps).
 - Writes go through `atomic_replace` (fault prefix "checkpoint.write"): the name `checkpoint`
   always holds a whole old or a whole new version. The file is written about once a second, off
   the event loop.
@@ -141,6 +143,14 @@ def decode_checkpoint(data: bytes, *, path: Path | str = "checkpoint") -> Checkp
                 bad=True,
                 reason=f"checkpoint {path}: crc32 {stored_crc:#010x} != {expected:#010x}",
             )
+    elif data[TRAILER_OFFSET:].strip(b"\0"):
+        return CheckpointLoad(
+            Checkpoint(),
+            existed=True,
+            bad=True,
+            reason=f"checkpoint {path}: no pyrmq trailer, and bytes after the "
+            f"{TRAILER_OFFSET} field bytes are not the zeros Java leaves there",
+        )
     # Without the magic the file was written by Java (no trailer): trusted as Java trusts it.
     return CheckpointLoad(
         Checkpoint(*CHECKPOINT_FIELDS.unpack_from(data, 0)), existed=True, bad=False

@@ -207,6 +207,13 @@ class MessageStore:
                         loaded.reason)
             abnormal = True
         self._confirm_offset = checkpoint.confirm_phy_offset
+        # The checkpoint's timestamps stand until newer records replace them: a run without
+        # appends must not write zeros back (the next abnormal recovery would rescan the whole
+        # log), and store timestamps do not go back across a restart.
+        self._flushed_store_timestamp = self._last_store_timestamp = \
+            checkpoint.physic_msg_timestamp
+        self._logics_flushed_store_timestamp = self._last_dispatched_store_timestamp = \
+            checkpoint.logics_msg_timestamp
         dispatch_from = self.consume_queues.max_phy_offset()
         files = self.commitlog.files.files
         if not files:
@@ -229,6 +236,14 @@ class MessageStore:
             start_index = start_file_abnormal(firsts, min_timestamp=min_ts)
         else:
             start_index = start_file_normal(firsts, dispatch_from_phy_offset=dispatch_from)
+        if abnormal:
+            # After a power loss each consume-queue page survived or not on its own: a unit
+            # straddling a lost page can keep a valid offset and size with a wrong tagsCode,
+            # and in controller mode one queue can keep units past records another queue lost
+            # (breaking dispatch's log order, which queue offsets and the reput offset rely on,
+            # M5). So the scan re-dispatches every unit from the start file on, from verified
+            # records; the units before it were flushed before the checkpoint that chose it.
+            self.consume_queues.truncate_by_phy(files[start_index].file_from_offset)
         scanned, dispatched, process_offset, reason, last_confirm_valid = self._scan_and_dispatch(
             files, firsts, start_index, abnormal=abnormal, confirm_offset=self._confirm_offset,
             check_crc=check_crc, verify_prop=verify_prop,
@@ -323,8 +338,10 @@ class MessageStore:
         def on_record(check: RecordCheck) -> None:
             nonlocal dispatched
             end = check.phy_offset + check.size
-            if controller and abnormal and end > confirm_offset:
-                return  # past confirmOffset: a slave must not expose it (§9.3 step 3)
+            if controller and end > confirm_offset:
+                # Past confirmOffset: not exposed, after a clean exit either (M4, #6609; Java's
+                # normal recovery has no such bound, §9.2 step 3, but ours must keep M4).
+                return
             if self._dispatch_check(check, rebuild):
                 dispatched += 1
 

@@ -89,6 +89,18 @@ def test_java_file_without_trailer_is_accepted(tmp_path: Path) -> None:
     assert (loaded.checkpoint, loaded.bad) == (SAMPLE, False)
 
 
+def test_file_without_trailer_and_not_zero_after_the_fields_is_bad(tmp_path: Path) -> None:
+    # Random bytes lose the trailer magic; they must not pass for a Java file (torture §7.2 g).
+    path = tmp_path / CHECKPOINT_FILE_NAME
+    java_bytes = bytearray(CHECKPOINT_FIELDS.pack(*astuple(SAMPLE)) + bytes(4056))
+    java_bytes[41] = 0x01
+    path.write_bytes(bytes(java_bytes))
+    loaded = load_checkpoint(path)
+    assert (loaded.checkpoint, loaded.bad) == (Checkpoint(), True)
+    assert loaded.reason is not None
+    assert "not the zeros Java leaves" in loaded.reason
+
+
 def _damaged(how: str) -> bytes:
     data = bytearray(encode_checkpoint(SAMPLE))
     if how == "flip-field-bit":
