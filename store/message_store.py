@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import itertools
 import logging
 import shutil
 import time
@@ -28,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
@@ -49,6 +51,7 @@ from store.message_format import (
 )
 from store.recovery import (
     FirstRecord,
+    RecordBatch,
     ScanStop,
     clamp_confirm_offset,
     first_record,
@@ -243,10 +246,15 @@ class MessageStore:
             # (breaking dispatch's log order, which queue offsets and the reput offset rely on,
             # M5). So the scan re-dispatches every unit from the start file on, from verified
             # records; the units before it were flushed before the checkpoint that chose it.
+            # Their positions still guide the scan's walk (each record is verified anyway).
+            hints = {m.file_from_offset: self.consume_queues.units_between(
+                m.file_from_offset, m.file_end_offset) for m in files[start_index:]}
             self.consume_queues.truncate_by_phy(files[start_index].file_from_offset)
+        else:
+            hints = {}
         scanned, dispatched, process_offset, reason, last_confirm_valid = self._scan_and_dispatch(
             files, firsts, start_index, abnormal=abnormal, confirm_offset=self._confirm_offset,
-            check_crc=check_crc, verify_prop=verify_prop,
+            check_crc=check_crc, verify_prop=verify_prop, chain_hints=hints,
         )
         # Drop consume-queue units and commitlog bytes after the last valid record (M7).
         self.consume_queues.truncate_by_phy(process_offset)
@@ -324,8 +332,10 @@ class MessageStore:
     def _scan_and_dispatch(
         self, files: list[MappedFile], firsts: list[FirstRecord], start_index: int, *,
         abnormal: bool, confirm_offset: int, check_crc: bool, verify_prop: bool,
+        chain_hints: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
     ) -> tuple[int, int, int, str | None, int]:
-        """Scan from the start file; dispatch what the consume queues lack.
+        """Scan from the start file; dispatch what the consume queues lack. `chain_hints`:
+        record positions per file (from units dropped before the scan) to spare the walk.
 
         Returns (records scanned, records dispatched, process offset, stop reason, end of the
         last record within confirmOffset).
@@ -345,6 +355,10 @@ class MessageStore:
             if self._dispatch_check(check, rebuild):
                 dispatched += 1
 
+        def on_records(batch: RecordBatch) -> None:
+            nonlocal dispatched
+            dispatched += self._dispatch_batch(batch, rebuild, confirm_offset=confirm_offset)
+
         scanned = 0
         reason: str | None = None
         process_offset = files[start_index].file_from_offset
@@ -354,7 +368,8 @@ class MessageStore:
             fast = scan_file_fast(
                 mapped.buf, file_from_offset=mapped.file_from_offset, file_size=mapped.file_size,
                 check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record,
-                known_phy_offsets=known[0], known_chain=known,
+                on_records=on_records, known_phy_offsets=known[0],
+                known_chain=chain_hints.get(mapped.file_from_offset, known),
             )
             scan = fast.scan
             scanned += scan.records
@@ -390,6 +405,57 @@ class MessageStore:
         queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
         self._last_dispatched_store_timestamp = check.store_timestamp
         return True
+
+    def _dispatch_batch(self, batch: RecordBatch, rebuild: set[tuple[str, int]], *,
+                        confirm_offset: int) -> int:
+        """`_dispatch_check` for a batch of records, one `put_batch` per run of a queue.
+
+        Queues are independent, so each queue's records (in log order) get the per-record
+        rules: skip what the queue holds, a gap marks it for rebuild, a consecutive run is put.
+        """
+        keep = (batch.sys_flag & 0xC) == 0
+        keep |= (batch.sys_flag & 0xC) == 0x8
+        if self.config.enable_controller_mode:
+            keep &= batch.phy_offset + batch.size <= confirm_offset
+        rows = np.flatnonzero(keep)
+        if not len(rows):
+            return 0
+        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
+        rows = rows[np.argsort(group_key, kind="stable")]
+        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
+        bounds = [0, *(np.flatnonzero(np.diff(group_key)) + 1).tolist(), len(rows)]
+        count = 0
+        last_row = -1
+        for first, stop in itertools.pairwise(bounds):
+            group = rows[first:stop]
+            key = (batch.topics[int(batch.topic_index[group[0]])], int(batch.queue_id[group[0]]))
+            if key in rebuild:
+                continue
+            queue = self.consume_queues.get_or_create(*key)
+            offsets = batch.queue_offset[group]
+            i = 0
+            while i < len(group):
+                expected = queue.max_offset
+                if offsets[i] < expected:
+                    ahead = np.flatnonzero(offsets[i:] >= expected)
+                    if not len(ahead):
+                        break
+                    i += int(ahead[0])
+                    continue
+                if offsets[i] > expected and expected > queue.min_offset_in_files:
+                    rebuild.add(key)  # the queue lost units before this record
+                    break
+                run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
+                length = len(run) if run.all() else int(np.argmin(run))
+                part = group[i:i + length]
+                queue.put_batch(int(offsets[i]), batch.phy_offset[part],
+                                batch.size[part].astype(np.int32), batch.tags_code[part])
+                count += length
+                last_row = max(last_row, int(part[-1]))  # rows are in log order
+                i += length
+        if last_row >= 0:
+            self._last_dispatched_store_timestamp = int(batch.store_timestamp[last_row])
+        return count
 
     def _rebuild_queues(
         self, files: list[MappedFile], keys: set[tuple[str, int]], end: int, check_crc: bool,

@@ -16,7 +16,7 @@ from store.message_format import (
     write_blank,
     write_record,
 )
-from store.recovery import scan_file, scan_file_fast
+from store.recovery import RecordBatch, scan_file, scan_file_fast
 
 FILE_SIZE = 16 * 1024
 FILE_FROM = 5 * FILE_SIZE
@@ -29,7 +29,9 @@ messages = st.tuples(
     st.binary(max_size=700),
     st.booleans(),  # IPv6 born host
     st.booleans(),  # property CRC
-    st.sampled_from([None, "TagA", "TagB"]),
+    st.sampled_from([None, "TagA", "TagB", "", "Tag\u00e9", "a||b"]),
+    st.sampled_from([b"", b"TAGS\x01Early\x02", b"XTAGS\x01NotASegment\x02",
+                     b"KEYS\x01k1 k2\x02TAGS\x01\x02"]),
 )
 
 
@@ -38,8 +40,8 @@ def logs(draw: st.DrawFn) -> tuple[bytearray, list[int]]:
     buf = bytearray(FILE_SIZE)
     pos = 0
     starts: list[int] = []
-    for topic, body, v6, prop_crc, tags in draw(st.lists(messages, max_size=30)):
-        props = encode_properties({"TAGS": tags} if tags else {})
+    for topic, body, v6, prop_crc, tags, extra in draw(st.lists(messages, max_size=30)):
+        props = extra + encode_properties({"TAGS": tags} if tags else {})
         msg = prepare_message(
             topic=topic, queue_id=1, flag=0, body=body, properties=props, sys_flag=0,
             born_timestamp=1, born_host=V6 if v6 else V4, store_host=V4,
@@ -108,6 +110,27 @@ def test_fast_scan_equals_exact_scan(
     assert [int(p) for p in fast.positions] == [r.phy_offset - FILE_FROM for r in exact_records]
     assert [int(s) for s in fast.sizes] == [r.size for r in exact_records]
     assert fast_records == [r for r in exact_records if r.phy_offset not in set(known.tolist())]
+    # Bulk mode: batches plus single records give the same fields, in log order.
+    rows: list[tuple[object, ...]] = []
+
+    def single(check: RecordCheck) -> None:
+        rows.append((check.topic, check.queue_id, check.queue_offset, check.phy_offset,
+                     check.size, check.sys_flag, check.store_timestamp, check.tags_code))
+
+    def bulk(batch: RecordBatch) -> None:
+        for i in range(len(batch.phy_offset)):
+            rows.append((batch.topics[batch.topic_index[i]], int(batch.queue_id[i]),
+                         int(batch.queue_offset[i]), int(batch.phy_offset[i]),
+                         int(batch.size[i]), int(batch.sys_flag[i]),
+                         int(batch.store_timestamp[i]), int(batch.tags_code[i])))
+
+    bulk_scan = scan_file_fast(buf, file_from_offset=FILE_FROM, file_size=FILE_SIZE,
+                               check_body_crc=check_body, verify_prop_crc=verify_prop,
+                               on_record=single, on_records=bulk, known_phy_offsets=known)
+    assert bulk_scan.scan == exact
+    assert rows == [(r.topic, r.queue_id, r.queue_offset, r.phy_offset, r.size, r.sys_flag,
+                     r.store_timestamp, r.tags_code)
+                    for r in exact_records if r.phy_offset not in set(known.tolist())]
 
 
 def test_fast_scan_equals_exact_scan_for_every_single_bit_flip() -> None:
