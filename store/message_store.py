@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import itertools
 import logging
 import shutil
 import time
@@ -29,7 +28,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
@@ -37,10 +35,10 @@ from store.commitlog import CommitLog
 from store.config import FlushDiskType, StoreConfig
 from store.consume_queue import FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.dispatch import Dispatcher, is_dispatchable
 from store.epoch_cache import EpochCache
 from store.epoch_file import EpochFileSource, read_epoch_file, write_epoch_file
 from store.errors import DataInvariantError, DiskFullError, WriteRefusedError
-from store.mapped_file import MappedFile
 from store.message_format import (
     CheckStatus,
     EncodedBatch,
@@ -49,18 +47,8 @@ from store.message_format import (
     check_record,
     read_store_timestamp,
 )
-from store.recovery import (
-    FirstRecord,
-    RecordBatch,
-    ScanStop,
-    clamp_confirm_offset,
-    first_record,
-    scan_file,
-    scan_file_fast,
-    start_file_abnormal,
-    start_file_normal,
-)
 from store.run_files import AbortFile, StoreLock
+from store.store_recovery import RecoveryReport, recover_store
 
 log = logging.getLogger(__name__)
 
@@ -93,23 +81,6 @@ class AppendResult:
 class PutResult:
     status: PutStatus
     append: AppendResult
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What `open()` found and did; `lost_committed` means committed data is gone (M9)."""
-
-    abnormal: bool
-    checkpoint_bad: bool
-    start_file: str | None
-    records_scanned: int
-    records_dispatched: int
-    max_phy_offset: int
-    stop_reason: str | None
-    checkpoint_confirm_offset: int
-    confirm_offset: int
-    lost_committed: bool
-    elapsed_s: float
 
 
 class GetStatus(enum.Enum):
@@ -166,7 +137,7 @@ class MessageStore:
         self._opened = False
         self._closed = False
         self._last_store_timestamp = 0
-        self._last_dispatched_store_timestamp = 0
+        self._dispatcher = Dispatcher(self.consume_queues)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -209,99 +180,23 @@ class MessageStore:
             log.warning("checkpoint unusable, recovering as after a crash reason=%s",
                         loaded.reason)
             abnormal = True
-        self._confirm_offset = checkpoint.confirm_phy_offset
         # The checkpoint's timestamps stand until newer records replace them: a run without
         # appends must not write zeros back (the next abnormal recovery would rescan the whole
         # log), and store timestamps do not go back across a restart.
         self._flushed_store_timestamp = self._last_store_timestamp = \
             checkpoint.physic_msg_timestamp
-        self._logics_flushed_store_timestamp = self._last_dispatched_store_timestamp = \
+        self._logics_flushed_store_timestamp = self._dispatcher.last_store_timestamp = \
             checkpoint.logics_msg_timestamp
-        dispatch_from = self.consume_queues.max_phy_offset()
-        files = self.commitlog.files.files
-        if not files:
-            for queue in list(self.consume_queues):
-                self.consume_queues.destroy(queue.topic, queue.queue_id)
-            self._confirm_offset = 0
-            return RecoveryReport(
-                abnormal, loaded.bad, None, 0, 0, 0, None, checkpoint.confirm_phy_offset, 0,
-                checkpoint.confirm_phy_offset > 0, time.monotonic() - started,
-            )
-        check_crc = self.config.check_crc_on_recover
-        verify_prop = check_crc and self.config.force_verify_prop_crc
-        firsts = [
-            first_record(m.buf, file_from_offset=m.file_from_offset, file_size=m.file_size,
-                         check_body_crc=check_crc, verify_prop_crc=verify_prop)
-            for m in files
-        ]
-        if abnormal:
-            min_ts = 0 if loaded.bad else checkpoint.min_timestamp()
-            start_index = start_file_abnormal(firsts, min_timestamp=min_ts)
-        else:
-            start_index = start_file_normal(firsts, dispatch_from_phy_offset=dispatch_from)
-        if abnormal:
-            # After a power loss each consume-queue page survived or not on its own: a unit
-            # straddling a lost page can keep a valid offset and size with a wrong tagsCode,
-            # and in controller mode one queue can keep units past records another queue lost
-            # (breaking dispatch's log order, which queue offsets and the reput offset rely on,
-            # M5). So the scan re-dispatches every unit from the start file on, from verified
-            # records; the units before it were flushed before the checkpoint that chose it.
-            # Their positions still guide the scan's walk (each record is verified anyway).
-            hints = {m.file_from_offset: self.consume_queues.units_between(
-                m.file_from_offset, m.file_end_offset) for m in files[start_index:]}
-            self.consume_queues.truncate_by_phy(files[start_index].file_from_offset)
-        else:
-            hints = {}
-        scanned, dispatched, process_offset, reason, last_confirm_valid = self._scan_and_dispatch(
-            files, firsts, start_index, abnormal=abnormal, confirm_offset=self._confirm_offset,
-            check_crc=check_crc, verify_prop=verify_prop, chain_hints=hints,
+        report = recover_store(
+            self.config, self.commitlog, self.consume_queues, self._dispatcher,
+            abnormal=abnormal, checkpoint=loaded, started=started,
         )
-        # Drop consume-queue units and commitlog bytes after the last valid record (M7).
-        self.consume_queues.truncate_by_phy(process_offset)
-        old_max = self.commitlog.max_phy_offset
-        clean_end = self._zeros_at(process_offset)
-        self.commitlog.truncate_dirty(process_offset)
-        self.commitlog.flushed_where = process_offset
-        if reason is not None and not clean_end:
-            # Not the ordinary end of data (zeros): damaged or stale bytes were cut off.
-            log.warning("commitlog recovered to phy_offset=%d (was %d) reason=%s",
-                        process_offset, old_max, reason)
-        else:
-            log.info("commitlog recovered max_phy_offset=%d", process_offset)
-        stored_confirm = checkpoint.confirm_phy_offset
-        min_phy = self.commitlog.min_phy_offset
-        if self.config.enable_controller_mode:
-            bound = last_confirm_valid if abnormal else process_offset
-            self._confirm_offset = clamp_confirm_offset(
-                self._confirm_offset, min_phy_offset=min_phy, bound=bound
-            )
-        else:
-            self._confirm_offset = process_offset
-        lost_committed = process_offset < stored_confirm
-        if lost_committed:
-            log.error(
-                "committed data lost: recovered max_phy_offset=%d < checkpoint "
-                "confirm_offset=%d", process_offset, stored_confirm,
-            )
+        self._confirm_offset = report.confirm_offset
         self._rebuild_queue_offsets()
-        self._reput_from = max(self.consume_queues.max_phy_offset(), min_phy)
-        self._reput_from = min(self._reput_from, process_offset)
+        self._reput_from = max(self.consume_queues.max_phy_offset(), self.commitlog.min_phy_offset)
+        self._reput_from = min(self._reput_from, report.max_phy_offset)
         self.dispatch_pending()
-        return RecoveryReport(
-            abnormal=abnormal, checkpoint_bad=loaded.bad, start_file=files[start_index].path.name
-            if start_index < len(files) else None, records_scanned=scanned,
-            records_dispatched=dispatched, max_phy_offset=process_offset, stop_reason=reason,
-            checkpoint_confirm_offset=stored_confirm, confirm_offset=self._confirm_offset,
-            lost_committed=lost_committed, elapsed_s=time.monotonic() - started,
-        )
-
-    def _zeros_at(self, phy_offset: int) -> bool:
-        """True if the 8 bytes at `phy_offset` are zeros (or the log ends there)."""
-        mapped = self.commitlog.files.find(phy_offset)
-        if mapped is None:
-            return True
-        pos = phy_offset - mapped.file_from_offset
-        return not any(mapped.buf[pos:pos + 8])
+        return report
 
     def _load_epoch_file(self, max_phy_offset: int) -> None:
         """Load the epoch entries and drop those the recovered commitlog no longer covers (M8).
@@ -328,162 +223,6 @@ class MessageStore:
         updated = self.epoch_cache.append(epoch, start_offset)
         write_epoch_file(self.epoch_file_path, updated.entries)
         self.epoch_cache = updated
-
-    def _scan_and_dispatch(
-        self, files: list[MappedFile], firsts: list[FirstRecord], start_index: int, *,
-        abnormal: bool, confirm_offset: int, check_crc: bool, verify_prop: bool,
-        chain_hints: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-    ) -> tuple[int, int, int, str | None, int]:
-        """Scan from the start file; dispatch what the consume queues lack. `chain_hints`:
-        record positions per file (from units dropped before the scan) to spare the walk.
-
-        Returns (records scanned, records dispatched, process offset, stop reason, end of the
-        last record within confirmOffset).
-        """
-        controller = self.config.enable_controller_mode
-        dispatched = 0
-        last_confirm_valid = files[start_index].file_from_offset
-        rebuild: set[tuple[str, int]] = set()
-
-        def on_record(check: RecordCheck) -> None:
-            nonlocal dispatched
-            end = check.phy_offset + check.size
-            if controller and end > confirm_offset:
-                # Past confirmOffset: not exposed, after a clean exit either (M4, #6609; Java's
-                # normal recovery has no such bound, §9.2 step 3, but ours must keep M4).
-                return
-            if self._dispatch_check(check, rebuild):
-                dispatched += 1
-
-        def on_records(batch: RecordBatch) -> None:
-            nonlocal dispatched
-            dispatched += self._dispatch_batch(batch, rebuild, confirm_offset=confirm_offset)
-
-        scanned = 0
-        reason: str | None = None
-        process_offset = files[start_index].file_from_offset
-        for mapped in files[start_index:]:
-            known = self.consume_queues.units_between(mapped.file_from_offset,
-                                                      mapped.file_end_offset)
-            fast = scan_file_fast(
-                mapped.buf, file_from_offset=mapped.file_from_offset, file_size=mapped.file_size,
-                check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record,
-                on_records=on_records, known_phy_offsets=known[0],
-                known_chain=chain_hints.get(mapped.file_from_offset, known),
-            )
-            scan = fast.scan
-            scanned += scan.records
-            if controller and abnormal and len(fast.positions):
-                ends = fast.positions + fast.sizes + mapped.file_from_offset
-                within = ends[ends <= confirm_offset]
-                if len(within):
-                    last_confirm_valid = max(last_confirm_valid, int(within[-1]))
-            process_offset = mapped.file_from_offset + scan.end_pos
-            if scan.stop is ScanStop.INVALID:
-                reason = f"{mapped.path.name}+{scan.end_pos}: {scan.reason}"
-                break
-            process_offset = mapped.file_end_offset
-        if rebuild:
-            dispatched += self._rebuild_queues(files, rebuild, process_offset, check_crc,
-                                               verify_prop)
-        if not controller or not abnormal:
-            last_confirm_valid = process_offset
-        return scanned, dispatched, process_offset, reason, last_confirm_valid
-
-    def _dispatch_check(self, check: RecordCheck, rebuild: set[tuple[str, int]]) -> bool:
-        """Write a recovered record's unit if its queue lacks it; note queues with a gap."""
-        key = (check.topic, check.queue_id)
-        if key in rebuild or not _is_dispatchable(check.sys_flag):
-            return False
-        queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
-        if check.queue_offset < queue.max_offset:
-            return False  # already there (idempotent re-dispatch)
-        if check.queue_offset > queue.max_offset and queue.max_offset > queue.min_offset_in_files:
-            # The queue lost units before this record (a power loss tore it): rebuild it.
-            rebuild.add(key)
-            return False
-        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
-        self._last_dispatched_store_timestamp = check.store_timestamp
-        return True
-
-    def _dispatch_batch(self, batch: RecordBatch, rebuild: set[tuple[str, int]], *,
-                        confirm_offset: int) -> int:
-        """`_dispatch_check` for a batch of records, one `put_batch` per run of a queue.
-
-        Queues are independent, so each queue's records (in log order) get the per-record
-        rules: skip what the queue holds, a gap marks it for rebuild, a consecutive run is put.
-        """
-        keep = (batch.sys_flag & 0xC) == 0
-        keep |= (batch.sys_flag & 0xC) == 0x8
-        if self.config.enable_controller_mode:
-            keep &= batch.phy_offset + batch.size <= confirm_offset
-        rows = np.flatnonzero(keep)
-        if not len(rows):
-            return 0
-        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
-        rows = rows[np.argsort(group_key, kind="stable")]
-        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
-        bounds = [0, *(np.flatnonzero(np.diff(group_key)) + 1).tolist(), len(rows)]
-        count = 0
-        last_row = -1
-        for first, stop in itertools.pairwise(bounds):
-            group = rows[first:stop]
-            key = (batch.topics[int(batch.topic_index[group[0]])], int(batch.queue_id[group[0]]))
-            if key in rebuild:
-                continue
-            queue = self.consume_queues.get_or_create(*key)
-            offsets = batch.queue_offset[group]
-            i = 0
-            while i < len(group):
-                expected = queue.max_offset
-                if offsets[i] < expected:
-                    ahead = np.flatnonzero(offsets[i:] >= expected)
-                    if not len(ahead):
-                        break
-                    i += int(ahead[0])
-                    continue
-                if offsets[i] > expected and expected > queue.min_offset_in_files:
-                    rebuild.add(key)  # the queue lost units before this record
-                    break
-                run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
-                length = len(run) if run.all() else int(np.argmin(run))
-                part = group[i:i + length]
-                queue.put_batch(int(offsets[i]), batch.phy_offset[part],
-                                batch.size[part].astype(np.int32), batch.tags_code[part])
-                count += length
-                last_row = max(last_row, int(part[-1]))  # rows are in log order
-                i += length
-        if last_row >= 0:
-            self._last_dispatched_store_timestamp = int(batch.store_timestamp[last_row])
-        return count
-
-    def _rebuild_queues(
-        self, files: list[MappedFile], keys: set[tuple[str, int]], end: int, check_crc: bool,
-        verify_prop: bool,
-    ) -> int:
-        """Rebuild damaged consume queues from the first commitlog file up to `end`."""
-        for topic, queue_id in keys:
-            log.warning("rebuilding consume queue topic=%s queue_id=%d", topic, queue_id)
-            self.consume_queues.destroy(topic, queue_id)
-        count = 0
-        bound = self._confirm_offset if self.config.enable_controller_mode else end
-
-        def on_record(check: RecordCheck) -> None:
-            nonlocal count
-            if (check.topic, check.queue_id) in keys and _is_dispatchable(check.sys_flag) \
-                    and check.phy_offset + check.size <= bound:
-                queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
-                if check.queue_offset >= queue.max_offset:
-                    queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
-                    count += 1
-
-        for mapped in files:
-            if mapped.file_from_offset >= end:
-                break
-            scan_file(mapped.buf, file_from_offset=mapped.file_from_offset,
-                      file_size=min(mapped.file_size, end - mapped.file_from_offset),
-                      check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record)
-        return count
 
     def _rebuild_queue_offsets(self) -> None:
         """Next queue offsets from the consume queues, then from undispatched records (M5).
@@ -533,7 +272,7 @@ class MessageStore:
             self.commitlog.flush()
             self._flushed_store_timestamp = self._last_store_timestamp
             self.consume_queues.flush()
-            self._logics_flushed_store_timestamp = self._last_dispatched_store_timestamp
+            self._logics_flushed_store_timestamp = self._dispatcher.last_store_timestamp
             self._write_checkpoint()
         finally:
             self.commitlog.close()
@@ -577,11 +316,11 @@ class MessageStore:
         if self.confirm_follows_max:
             end = phy_offset + msg.total_size
             self._confirm_offset = end
-            if self._reput_from == phy_offset and _is_dispatchable(msg.sys_flag):
+            if self._reput_from == phy_offset and is_dispatchable(msg.sys_flag):
                 # Inline dispatch: the common case needs no second read of the record.
                 queue.put(queue_offset, phy_offset, msg.total_size, msg.tags_code)
                 self._reput_from = end
-                self._last_dispatched_store_timestamp = store_timestamp
+                self._dispatcher.last_store_timestamp = store_timestamp
             else:
                 self.dispatch_pending()
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
@@ -601,7 +340,7 @@ class MessageStore:
         if self.confirm_follows_max:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
-            if self._reput_from == phy_offset and _is_dispatchable(batch.sys_flag):
+            if self._reput_from == phy_offset and is_dispatchable(batch.sys_flag):
                 sizes = batch.sizes
                 phys = np.empty(batch.count, dtype=np.int64)
                 phys[0] = phy_offset
@@ -609,7 +348,7 @@ class MessageStore:
                 phys[1:] += phy_offset
                 queue.put_batch(queue_offset, phys, sizes, batch.tags_codes)
                 self._reput_from = end
-                self._last_dispatched_store_timestamp = store_timestamp
+                self._dispatcher.last_store_timestamp = store_timestamp
             else:
                 self.dispatch_pending()
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
@@ -712,13 +451,7 @@ class MessageStore:
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
-            if not _is_dispatchable(check.sys_flag):
-                return
-            queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
-            if check.queue_offset >= queue.max_offset:
-                queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
-                self._last_dispatched_store_timestamp = check.store_timestamp
-                count += 1
+            count += self._dispatcher.dispatch_live(check)
 
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
@@ -933,7 +666,7 @@ class MessageStore:
 
     async def flush_consume_queues(self) -> None:
         async with self._disk():
-            ts = self._last_dispatched_store_timestamp
+            ts = self._dispatcher.last_store_timestamp
             await asyncio.to_thread(self.consume_queues.flush)
             self._logics_flushed_store_timestamp = ts
 
@@ -1018,8 +751,3 @@ class MessageStore:
         min_phy = self.commitlog.min_phy_offset
         for queue in self.consume_queues:
             queue.delete_expired(min_phy)
-
-
-def _is_dispatchable(sys_flag: int) -> bool:
-    """Consume-queue units exist only for TRANSACTION_NOT_TYPE and COMMIT_TYPE records."""
-    return (sys_flag & 0xC) in (0x0, 0x8)

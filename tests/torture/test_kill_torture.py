@@ -34,7 +34,8 @@ from typing import Final
 
 import pytest
 
-from store.message_store import MessageStore, RecoveryReport
+from store.message_store import MessageStore
+from store.store_recovery import RecoveryReport
 from tests.torture.checks import (
     check_consume_queues,
     check_lookups,

@@ -34,7 +34,8 @@ from store import testhooks
 from store.checkpoint import decode_checkpoint
 from store.config import StoreConfig
 from store.epoch_file import EpochFileSource, read_epoch_file
-from store.message_store import MessageStore, RecoveryReport
+from store.message_store import MessageStore
+from store.store_recovery import RecoveryReport
 from tests.torture.checks import (
     QueueState,
     check_consume_queues,

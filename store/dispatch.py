@@ -1,0 +1,154 @@
+"""Dispatch: writing consume-queue units for commitlog records (RocketMQ's CommitLogDispatcher).
+
+Used by recovery (records found by the scan, one by one or in bulk) and by the live store
+(records up to the dispatch bound). Units exist only for TRANSACTION_NOT and COMMIT records.
+
+Invariants:
+- Within a queue, units follow the log: a record's unit is written only when its queue offset
+  is the queue's next one. One the queue holds already is skipped (idempotent re-dispatch).
+- During recovery a record that lands past the queue's end (the queue lost units: a power loss
+  tore it) marks the queue for a rebuild from the first commitlog file, instead of leaving a
+  hole; `rebuild_queues` does that after the scan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from store.consume_queue_store import ConsumeQueueStore
+from store.mapped_file import MappedFile
+from store.message_format import RecordCheck
+from store.recovery import RecordBatch, scan_file
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_COMMIT_TYPE = 0x8
+
+
+def is_dispatchable(sys_flag: int) -> bool:
+    """Consume-queue units exist only for TRANSACTION_NOT_TYPE and COMMIT_TYPE records."""
+    return (sys_flag & TRANSACTION_TYPE_MASK) in (0x0, TRANSACTION_COMMIT_TYPE)
+
+
+class Dispatcher:
+    """Writes units into the store's consume queues; remembers the last dispatched record's
+    store timestamp (the checkpoint's logicsMsgTimestamp) and, in recovery, queues to rebuild."""
+
+    __slots__ = ("consume_queues", "last_store_timestamp", "to_rebuild")
+
+    def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0
+                 ) -> None:
+        self.consume_queues = consume_queues
+        self.last_store_timestamp = last_store_timestamp
+        self.to_rebuild: set[tuple[str, int]] = set()
+
+    def dispatch_live(self, check: RecordCheck) -> bool:
+        """A record reached the dispatch bound: write its unit unless the queue has it."""
+        if not is_dispatchable(check.sys_flag):
+            return False
+        queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+        if check.queue_offset < queue.max_offset:
+            return False
+        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+        self.last_store_timestamp = check.store_timestamp
+        return True
+
+    def dispatch_recovered(self, check: RecordCheck) -> bool:
+        """A record found by recovery: write its unit if its queue lacks it; a queue that lost
+        units before it is marked for rebuild."""
+        key = (check.topic, check.queue_id)
+        if key in self.to_rebuild or not is_dispatchable(check.sys_flag):
+            return False
+        queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+        if check.queue_offset < queue.max_offset:
+            return False  # already there (idempotent re-dispatch)
+        if check.queue_offset > queue.max_offset and queue.max_offset > queue.min_offset_in_files:
+            self.to_rebuild.add(key)
+            return False
+        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+        self.last_store_timestamp = check.store_timestamp
+        return True
+
+    def dispatch_recovered_batch(self, batch: RecordBatch, *, bound: int | None) -> int:
+        """`dispatch_recovered` for a batch, one `put_batch` per run of a queue; records ending
+        past `bound` (controller mode's confirmOffset) are left out.
+
+        Queues are independent, so each queue's records (in log order) get the per-record
+        rules: skip what the queue holds, a gap marks it for rebuild, a consecutive run is put.
+        """
+        sys_type = batch.sys_flag & TRANSACTION_TYPE_MASK
+        keep = (sys_type == 0) | (sys_type == TRANSACTION_COMMIT_TYPE)
+        if bound is not None:
+            keep &= batch.phy_offset + batch.size <= bound
+        rows = np.flatnonzero(keep)
+        if not len(rows):
+            return 0
+        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
+        order = np.argsort(group_key, kind="stable")
+        rows, group_key = rows[order], group_key[order]
+        bounds = [0, *(np.flatnonzero(np.diff(group_key)) + 1).tolist(), len(rows)]
+        count = 0
+        last_row = -1
+        for first, stop in itertools.pairwise(bounds):
+            group = rows[first:stop]
+            key = (batch.topics[int(batch.topic_index[group[0]])], int(batch.queue_id[group[0]]))
+            if key in self.to_rebuild:
+                continue
+            queue = self.consume_queues.get_or_create(*key)
+            offsets = batch.queue_offset[group]
+            i = 0
+            while i < len(group):
+                expected = queue.max_offset
+                if offsets[i] < expected:
+                    ahead = np.flatnonzero(offsets[i:] >= expected)
+                    if not len(ahead):
+                        break
+                    i += int(ahead[0])
+                    continue
+                if offsets[i] > expected and expected > queue.min_offset_in_files:
+                    self.to_rebuild.add(key)  # the queue lost units before this record
+                    break
+                run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
+                length = len(run) if run.all() else int(np.argmin(run))
+                part = group[i:i + length]
+                queue.put_batch(int(offsets[i]), batch.phy_offset[part],
+                                batch.size[part].astype(np.int32), batch.tags_code[part])
+                count += length
+                last_row = max(last_row, int(part[-1]))  # rows are in log order
+                i += length
+        if last_row >= 0:
+            self.last_store_timestamp = int(batch.store_timestamp[last_row])
+        return count
+
+    def rebuild_queues(self, files: Sequence[MappedFile], *, end: int, bound: int,
+                       check_crc: bool, verify_prop: bool) -> int:
+        """Rebuild the queues marked by recovery from the first commitlog file up to `end`,
+        dispatching records that end at or below `bound`; returns the units written."""
+        keys = self.to_rebuild
+        for topic, queue_id in keys:
+            log.warning("rebuilding consume queue topic=%s queue_id=%d", topic, queue_id)
+            self.consume_queues.destroy(topic, queue_id)
+        count = 0
+
+        def on_record(check: RecordCheck) -> None:
+            nonlocal count
+            if (check.topic, check.queue_id) in keys and is_dispatchable(check.sys_flag) \
+                    and check.phy_offset + check.size <= bound:
+                queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
+                if check.queue_offset >= queue.max_offset:
+                    queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+                    count += 1
+
+        for mapped in files:
+            if mapped.file_from_offset >= end:
+                break
+            scan_file(mapped.buf, file_from_offset=mapped.file_from_offset,
+                      file_size=min(mapped.file_size, end - mapped.file_from_offset),
+                      check_body_crc=check_crc, verify_prop_crc=verify_prop, on_record=on_record)
+        self.to_rebuild = set()
+        return count
