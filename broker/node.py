@@ -325,6 +325,8 @@ class BrokerNode:
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
         })
 
     async def _start_metrics(self, metrics: BrokerMetrics) -> None:

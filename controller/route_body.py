@@ -1,6 +1,6 @@
 """The name server's JSON answers, byte for byte as a Java name server's fastjson writes them.
 
-Two bodies (spec/remoting-protocol.md §7.3, §7.4, §11):
+Three bodies (spec/remoting-protocol.md §7.3, §7.4, §11):
 
 - GET_ROUTEINFO_BY_TOPIC's `TopicRouteData`, in one of two forms. The **standard** form, sent
   when the request's version is >= 401 (4.9.4) or it asks `acceptStandardJsonOnly=true`, is
@@ -13,6 +13,9 @@ Two bodies (spec/remoting-protocol.md §7.3, §7.4, §11):
   `remoting.fastjson` does.
 - GET_BROKER_CLUSTER_INFO's `ClusterInfo`, always plain fastjson, so its brokerAddrs keys are
   unquoted numbers whatever the request's version.
+- GET_ALL_TOPIC_LIST_FROM_NAMESERVER's `TopicList` (`{"topicList":[...]}`, `brokerAddr` null
+  and so omitted). Java's list comes in ConcurrentHashMap order, which depends on its resize
+  history; pyrmq sorts it instead (the field is a Set: readers rely on no order).
 
 Bean properties are written in name order and None is omitted, as fastjson does. Lists and maps
 keep the order the caller gives (`RouteInfoManager` gives Java's hash-table order) except where
@@ -21,7 +24,7 @@ keep the order the caller gives (`RouteInfoManager` gives Java's hash-table orde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from remoting.bodies import BrokerData, ClusterInfo, QueueData, TopicRouteData
@@ -134,3 +137,9 @@ def encode_cluster_info(info: ClusterInfo) -> bytes:
     )
     clusters = _string_list_map(info.cluster_addr_table, quote=quote_fastjson, standard=False)
     return f'{{"brokerAddrTable":{{{brokers}}},"clusterAddrTable":{{{clusters}}}}}'.encode()
+
+
+def encode_topic_list(topics: Iterable[str]) -> bytes:
+    """GET_ALL_TOPIC_LIST_FROM_NAMESERVER's body: plain fastjson, topics sorted."""
+    names = ",".join(quote_fastjson(topic) for topic in sorted(topics))
+    return f'{{"topicList":[{names}]}}'.encode()

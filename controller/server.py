@@ -1,9 +1,11 @@
 """`ControllerServer`: the network side of `pyrmq-controller`, serving the name-server codes.
 
 One `RemotingServer` feeds requests to the pure `RouteInfoManager` and writes its answers:
-REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105) and
-GET_BROKER_CLUSTER_INFO (106); every other code gets REQUEST_CODE_NOT_SUPPORTED (3). The
-controller codes will join them here (same process, same port).
+REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105),
+GET_BROKER_CLUSTER_INFO (106) and GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206, `mqadmin topicList`;
+always enabled, as Java's default `enableAllTopicList=true`); every other code gets
+REQUEST_CODE_NOT_SUPPORTED (3). The controller codes will join them here (same process, same
+port).
 
 `run()` owns one TaskGroup holding the expiry scan (every `scanNotActiveBrokerInterval`) and one
 watcher per connection a broker registered on, which tells the route tables when that
@@ -30,6 +32,7 @@ from controller.config import ControllerConfig
 from controller.errors import RegisterBrokerRefusedError
 from controller.route_body import (
     encode_cluster_info,
+    encode_topic_list,
     encode_topic_route_data,
     wants_standard_json,
 )
@@ -206,6 +209,9 @@ class ControllerServer:
                 return self._get_route_info_by_topic(request)
             case RequestCode.GET_BROKER_CLUSTER_INFO:
                 body = encode_cluster_info(self._route_info.get_all_cluster_info())
+                return request.make_response(ResponseCode.SUCCESS, body=body)
+            case RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+                body = encode_topic_list(self._route_info.topics())
                 return request.make_response(ResponseCode.SUCCESS, body=body)
             case _:
                 return request_code_not_supported(request)

@@ -50,10 +50,13 @@ class RequestCode(IntEnum):
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # slave -> master
+    GET_TOPIC_STATS_INFO = 202  # admin -> broker (`mqadmin topicStatus`)
     GET_CONSUMER_CONNECTION_LIST = 203  # admin
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206  # admin -> name server (`mqadmin topicList`)
     GET_CONSUMER_RUNNING_INFO = 307  # broker -> consumer
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    GET_TOPIC_CONFIG = 351  # admin -> broker (`mqadmin topicStatus`)
     LITE_PULL_MESSAGE = 361
     GET_ALL_MESSAGE_REQUEST_MODE = 402  # slave -> master
     BROKER_HEARTBEAT = 904  # broker -> name server or controller, oneway

@@ -1,6 +1,6 @@
 """Admin and slave-sync codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
-GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)
-(remoting-protocol.md §6.11, §10).
+GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+GET_TOPIC_STATS_INFO (202) and GET_TOPIC_CONFIG (351) (remoting-protocol.md §6.11, §10).
 
 UPDATE_AND_CREATE_TOPIC follows Java 5.3.3's `AdminBrokerProcessor.updateAndCreateTopic`:
 an invalid name or (with `validateSystemTopicWhenUpdateTopic`) a system topic is 29; a config
@@ -8,13 +8,21 @@ equal to the stored one is 0 with no change; otherwise the config is stored, per
 registered with the name servers (the topic manager's change listener) and answered 0.
 Topic `attributes` (`+key=value,...`) are stored as given; Java also checks them against its
 known attribute names, pyrmq does not.
+
+GET_TOPIC_STATS_INFO and GET_TOPIC_CONFIG are what `mqadmin topicStatus` asks. The first follows
+`getTopicStatsInfo`: 17 for an unknown topic, else a `TopicStatsTable` with min and max offset and
+the store time of the last message of each queue up to max(read, write) queue nums (`topicPutTps`
+is 0.0: pyrmq keeps no per-topic TPS yet). The second answers 17 for an unknown topic, else the
+`TopicConfig` as JSON (Java's `TopicConfigAndQueueMapping` with no mapping detail, which fastjson
+omits: the same bytes).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.config_file import dump_pretty
@@ -28,10 +36,62 @@ from remoting.codes import PYRMQ_VERSION, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.fastjson import dump_fastjson
-from remoting.headers import CreateTopicRequestHeader
+from remoting.headers import CommandHeader, CreateTopicRequestHeader
 from store.message_store import MessageStore
 
 VERSION_DESC = "V5_3_3"
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicStatsInfoRequestHeader(CommandHeader):
+    """GET_TOPIC_STATS_INFO (202). Java's header also inherits `lo` and `bname` (static
+    topics), which pyrmq does not serve and ignores."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicConfigRequestHeader(CommandHeader):
+    """GET_TOPIC_CONFIG (351). `lo` asks for the static-topic mapping, which pyrmq has none of;
+    Java's header also inherits `bname`, ignored here."""
+
+    topic: str
+    lo: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffset:
+    """One queue's row of a `TopicStatsTable`."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+def encode_topic_stats_table(
+    *, broker_name: str, topic: str, offsets: Sequence[TopicOffset], topic_put_tps: float
+) -> bytes:
+    """`TopicStatsTable` as fastjson writes it: `offsetTable` maps a MessageQueue *object*
+    (fastjson writes non-string keys as JSON objects) to its TopicOffset, fields in name order.
+
+        {"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:
+            {"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0},...},"topicPutTps":0.0}
+
+    Entries are in queue-id order (Java's come in ConcurrentHashMap order; readers use a map).
+    """
+    entries = ",".join(
+        dump_fastjson({"brokerName": broker_name, "queueId": row.queue_id, "topic": topic})
+        + ":"
+        + dump_fastjson({
+            "lastUpdateTimestamp": row.last_update_timestamp,
+            "maxOffset": row.max_offset,
+            "minOffset": row.min_offset,
+        })
+        for row in offsets
+    )
+    tps = dump_fastjson(float(topic_put_tps))
+    return f'{{"offsetTable":{{{entries}}},"topicPutTps":{tps}}}'.encode()
 
 
 def parse_attributes(text: str | None) -> dict[str, str]:
@@ -152,6 +212,47 @@ class AdminProcessor:
     ) -> RemotingCommand:
         body = dump_pretty(self._groups.encode(), pretty=False).encode("utf-8")
         return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def get_topic_stats_info(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetTopicStatsInfoRequestHeader.from_ext_fields(request.ext_fields)
+        topic_config = self._topics.select(header.topic)
+        if topic_config is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         remark=f"topic[{header.topic}] not exist")
+        queue_nums = max(topic_config.write_queue_nums, topic_config.read_queue_nums)
+        body = encode_topic_stats_table(
+            broker_name=self._config.broker_name, topic=header.topic,
+            offsets=[self._topic_offset(header.topic, q) for q in range(queue_nums)],
+            topic_put_tps=0.0,
+        )
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def get_topic_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetTopicConfigRequestHeader.from_ext_fields(request.ext_fields)
+        topic_config = self._topics.select(header.topic)
+        if topic_config is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         remark=f"No topic in this broker. topic: {header.topic}")
+        return request.make_response(ResponseCode.SUCCESS, body=topic_config.encode())
+
+    def _topic_offset(self, topic: str, queue_id: int) -> TopicOffset:
+        """Java clamps negative offsets to 0; the timestamp is the last message's (0: none)."""
+        queue = self._store.queue(topic, queue_id)
+        if queue is None:
+            return TopicOffset(queue_id, 0, 0, 0)
+        min_offset, max_offset = max(0, queue.min_offset), max(0, queue.max_offset)
+        timestamp = 0
+        if max_offset > min_offset:
+            try:
+                phy_offset, size, _ = queue.unit_at(max_offset - 1)
+                timestamp = self._store.store_timestamp_at(phy_offset, size)
+            except IndexError:
+                timestamp = 0
+        return TopicOffset(queue_id, min_offset, max_offset, timestamp)
 
     async def get_broker_runtime_info(
         self, connection: RemotingConnection, request: RemotingCommand

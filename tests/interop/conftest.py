@@ -7,7 +7,7 @@ fixture fails the test with the reason and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from tests.interop.harness import (
     JavaServer,
     ensure_built,
 )
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, live_envs
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +70,44 @@ def java_cluster(
         namesrv = env.start_java_namesrv()
         broker = env.start_java_broker(namesrv)
         yield JavaCluster(env, namesrv, broker)
+
+
+@dataclass(slots=True)
+class PyrmqCluster:
+    """pyrmq's name server and one pyrmq broker registered with it, and a JavaEnv for the Java
+    clients. `broker` is the current broker process (a test may restart it)."""
+
+    env: PyrmqEnv
+    java: JavaEnv
+    namesrv: PyrmqProcess
+    broker: PyrmqProcess
+
+
+@pytest.fixture(scope="module")
+def pyrmq_cluster(
+    interop_classpath: Classpath, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PyrmqCluster]:
+    """pyrmq's name server and broker (real processes) shared by one test module. Teardown
+    stops them with SIGTERM and fails unless every one exited 0 (a clean stop)."""
+    base = tmp_path_factory.mktemp("pyrmq-cluster")
+    with PyrmqEnv(base / "pyrmq") as env, JavaEnv(interop_classpath, base / "java") as java:
+        namesrv = env.start_namesrv()
+        broker = env.start_broker(namesrv)
+        yield PyrmqCluster(env, java, namesrv, broker)
+        exit_codes = env.stop_all()
+        assert set(exit_codes.values()) == {0}, f"{exit_codes}\n{env.diagnostics()}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries the log tail of every pyrmq process still running."""
+    report = yield
+    if report.failed:
+        envs = live_envs()
+        if envs:
+            report.sections.append(
+                ("pyrmq processes", "\n".join(env.diagnostics() for env in envs))
+            )
+    return report

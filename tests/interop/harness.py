@@ -477,6 +477,8 @@ class JavaEnv:
         cluster_name: str = "DefaultCluster",
         name: str | None = None,
         timeout_s: float = BROKER_START_TIMEOUT_S,
+        heap_mb: int = BROKER_HEAP_MB,
+        jvm_args: Sequence[str] = (),
     ) -> JavaServer:
         """Start org.apache.rocketmq.broker.BrokerStartup -c broker.conf (an ASYNC_MASTER).
 
@@ -484,7 +486,8 @@ class JavaEnv:
         more as soon as the name server is reachable (Broker.java says why). Defaults: 127.0.0.1,
         a free port block (listenPort - 2 fast remoting, listenPort, listenPort + 1 HA), the store
         in its work dir, 64 MiB commitlog files, autoCreateTopicEnable=true; extra_conf adds or
-        overrides broker.conf keys. Returns once the name server lists the broker's address.
+        overrides broker.conf keys. `heap_mb` and `jvm_args` (added after JVM_FLAGS, so they can
+        override them) are for benchmarks. Returns once the name server lists the broker's address.
         """
         namesrv_addr = str(namesrv)
 
@@ -517,9 +520,9 @@ class JavaEnv:
                 ["-c", str(config_path)],
                 unique,
                 work_dir,
-                heap_mb=BROKER_HEAP_MB,
+                heap_mb=heap_mb,
                 sysprops={},
-                jvm_args=(),
+                jvm_args=jvm_args,
             )
             addr = f"{config['brokerIP1']}:{config['listenPort']}"
             with _port_taken_check(process):

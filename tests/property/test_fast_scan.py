@@ -118,11 +118,12 @@ def test_fast_scan_equals_exact_scan(
                      check.size, check.sys_flag, check.store_timestamp, check.tags_code))
 
     def bulk(batch: RecordBatch) -> None:
-        for i in range(len(batch.phy_offset)):
-            rows.append((batch.topics[batch.topic_index[i]], int(batch.queue_id[i]),
-                         int(batch.queue_offset[i]), int(batch.phy_offset[i]),
-                         int(batch.size[i]), int(batch.sys_flag[i]),
-                         int(batch.store_timestamp[i]), int(batch.tags_code[i])))
+        rows.extend(
+            (batch.topics[batch.topic_index[i]], int(batch.queue_id[i]),
+             int(batch.queue_offset[i]), int(batch.phy_offset[i]), int(batch.size[i]),
+             int(batch.sys_flag[i]), int(batch.store_timestamp[i]), int(batch.tags_code[i]))
+            for i in range(len(batch.phy_offset))
+        )
 
     bulk_scan = scan_file_fast(buf, file_from_offset=FILE_FROM, file_size=FILE_SIZE,
                                check_body_crc=check_body, verify_prop_crc=verify_prop,

@@ -226,10 +226,12 @@ def test_malformed_header_raises_header_decode_error(frame: bytes) -> None:
 def test_json_header_with_100k_ext_fields_decodes_quickly() -> None:
     fields = ",".join(f'"k{index}":"{index}"' for index in range(100_000))
     header = b'{"code":1,"extFields":{' + fields.encode() + b"}}"
-    started = time.perf_counter()
+    started = time.process_time()
     (command,) = decode_all(json_frame(header))
     assert len(command.ext_fields) == 100_000
-    assert time.perf_counter() - started < 1.0
+    # CPU time of this process, bound loose enough for a loaded CI machine: it catches
+    # super-linear work (seconds per frame), not speed (benchmarks/ measures that).
+    assert time.process_time() - started < 5.0
 
 
 def test_unknown_language_is_read_as_other() -> None:
@@ -273,14 +275,16 @@ def test_unrepresentable_command_raises_command_encode_error(command: RemotingCo
 
 def decode_fuzzed(stream: bytes) -> None:
     decoder = FrameDecoder()
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         decoder.feed(stream)
         while decoder.next_command() is not None:
             pass
     except RemotingProtocolError:
         pass
-    assert time.perf_counter() - started < 0.05
+    # P2, bounded work: CPU time of this process (not wall time, which other load inflates),
+    # with a bound that only super-linear work on a few hundred bytes can exceed.
+    assert time.process_time() - started < 0.5
 
 
 @given(stream=st.binary(max_size=400))

@@ -103,10 +103,11 @@ def test_parse_rejects_bad_json_with_body_decode_error(data: bytes) -> None:
 
 def test_parse_of_hostile_unterminated_strings_takes_linear_time() -> None:
     hostile = '{1:"' + '\\"' * 200_000 + "\\"
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(BodyDecodeError):
         parse_fastjson(hostile)
-    assert time.perf_counter() - started < 1.0
+    # CPU time, loose: a quadratic parser takes minutes here, a linear one milliseconds.
+    assert time.process_time() - started < 5.0
 
 
 @given(text=st.text(max_size=40))
