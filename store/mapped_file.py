@@ -47,6 +47,9 @@ _libc.madvise.restype = ctypes.c_int
 # Fault pages in writable ahead of the writer (Linux 5.14+). Called through ctypes because
 # ctypes releases the GIL for the call; mmap.madvise holds it for the whole (slow) call.
 _MADV_POPULATE_WRITE: Final = 23
+_libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.msync.restype = ctypes.c_int
+_MS_SYNC: Final = 4
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -68,6 +71,15 @@ def _io_error(path: Path, what: str, err: OSError) -> Exception:
     return StoreIOError(f"{what} {path}: {err.strerror or err}")
 
 
+def _address_of(buf: mmap.mmap) -> int:
+    """The mapping's start address (stable for its lifetime), for libc calls made without the
+    GIL. The temporary buffer export is dropped at once, so close() keeps working."""
+    holder = ctypes.c_char.from_buffer(buf)
+    address = ctypes.addressof(holder)
+    del holder
+    return address
+
+
 def _zero_range(fd: int, offset: int, length: int) -> None:
     """Make [offset, offset+length) read as zeros and stay allocated, whole pages only."""
     if length <= 0:
@@ -86,6 +98,7 @@ class MappedFile:
     """A mapped segment: `file_from_offset` is its start in the global offset space."""
 
     __slots__ = (
+        "_address",
         "_fd",
         "buf",
         "file_from_offset",
@@ -102,6 +115,7 @@ class MappedFile:
         self.file_size = file_size
         self._fd = fd
         self.buf = buf
+        self._address = _address_of(buf)
         self.wrote_position = 0
         self.flushed_position = 0
         self.populated_to = 0
@@ -185,10 +199,7 @@ class MappedFile:
         end = min(self.file_size, -(-up_to // PAGE_SIZE) * PAGE_SIZE)
         if end <= start or self.buf.closed:
             return
-        holder = ctypes.c_char.from_buffer(self.buf)
-        address = ctypes.addressof(holder)
-        del holder  # no export may outlive this line, or close() would fail
-        if _libc.madvise(address + start, end - start, _MADV_POPULATE_WRITE) == 0:
+        if _libc.madvise(self._address + start, end - start, _MADV_POPULATE_WRITE) == 0:
             self.populated_to = end
         else:
             self.populated_to = self.file_size  # unsupported kernel: do not retry
@@ -200,14 +211,21 @@ class MappedFile:
         if end <= self.flushed_position:
             return self.flushed_position
         start = self.flushed_position - self.flushed_position % PAGE_SIZE
-        try:
-            self.buf.flush(start, end - start)
-        except OSError as err:
-            raise _io_error(self.path, "msync", err) from err
+        self._msync(start, end - start)
         self.flushed_position = end
         if testhooks.JOURNAL_ON:
             testhooks.journal_synced(self.path, end)
         return end
+
+    def _msync(self, start: int, length: int) -> None:
+        """msync [start, start+length) of the mapping (start page-aligned) through ctypes: the
+        call releases the GIL (mmap.flush holds it for the whole msync, which would stall the
+        event loop for as long as the disk takes)."""
+        if self.buf.closed:
+            raise StoreIOError(f"msync {self.path}: the file is closed")
+        if _libc.msync(self._address + start, length, _MS_SYNC) != 0:
+            code = ctypes.get_errno()
+            raise _io_error(self.path, "msync", OSError(code, os.strerror(code)))
 
     def truncate_to(self, pos: int) -> None:
         """Zero [pos, file_size) on disk and set both positions to `pos` (M7).
@@ -223,7 +241,7 @@ class MappedFile:
             if page_end > pos:
                 self.buf[pos:page_end] = bytes(page_end - pos)
                 page_start = pos - pos % PAGE_SIZE
-                self.buf.flush(page_start, page_end - page_start)
+                self._msync(page_start, page_end - page_start)
             if testhooks.FAULTS_ON:
                 testhooks.fault_point("ha.truncate.before_zero")
             _zero_range(self._fd, page_end, self.file_size - page_end)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import shutil
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -51,6 +53,9 @@ from store.run_files import AbortFile, StoreLock
 from store.store_recovery import RecoveryReport, recover_store
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 def system_wall_ms() -> int:
@@ -144,6 +149,9 @@ class MessageStore:
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
         self._flush_wakeup: asyncio.Event | None = None
         self._disk_lock: asyncio.Lock | None = None
+        # The store's own worker threads for disk work: close() waits for what is in flight
+        # (a cancelled coroutine does not stop its thread, which could race the unmapping).
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-io")
         self.recovery: RecoveryReport | None = None
 
     # ================================================================ open / close
@@ -268,6 +276,7 @@ class MessageStore:
             return
         self._closed = True
         clean = self.dispatch_behind_bytes == 0 and not self.fenced
+        self._executor.shutdown(wait=True)  # disk work still in flight finishes first
         try:
             self.commitlog.flush()
             self._flushed_store_timestamp = self._last_store_timestamp
@@ -360,7 +369,7 @@ class MessageStore:
         Concurrent puts needing the same file share one creation."""
         start = self.commitlog.file_needed_for(size)
         if start is not None:
-            await self._once(("commitlog", start), lambda: asyncio.to_thread(
+            await self._once(("commitlog", start), lambda: self._in_thread(
                 self.commitlog.prepare_next_file, start))
         queue = self.consume_queues.get_or_create(topic, queue_id)
         key = (topic, queue_id)
@@ -368,7 +377,7 @@ class MessageStore:
                 is not None:
 
             async def create(at: int = file_start) -> None:
-                queue.adopt_prepared(await asyncio.to_thread(queue.create_file_detached, at))
+                queue.adopt_prepared(await self._in_thread(queue.create_file_detached, at))
 
             await self._once(("cq", topic, queue_id, file_start), create)
 
@@ -590,12 +599,18 @@ class MessageStore:
         self.fenced = True
         try:
             async with self._disk():
-                await asyncio.to_thread(self.truncate_to_blocking, phy_offset,
+                await self._in_thread(self.truncate_to_blocking, phy_offset,
                                         allow_below_confirm=allow_below_confirm)
         finally:
             self.fenced = was_fenced
 
     # ================================================================ background work
+
+    async def _in_thread(self, fn: Callable[_P, _T], /, *args: _P.args,
+                         **kwargs: _P.kwargs) -> _T:
+        """Run blocking disk work in the store's worker threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     def _disk(self) -> asyncio.Lock:
         if self._disk_lock is None:
@@ -606,7 +621,7 @@ class MessageStore:
         """Force the commitlog to disk now; returns the flushed offset."""
         async with self._disk():
             ts = self._last_store_timestamp
-            flushed = await asyncio.to_thread(self.commitlog.flush)
+            flushed = await self._in_thread(self.commitlog.flush)
             self._flushed_store_timestamp = ts
         self._wake_flush_waiters()
         return flushed
@@ -655,7 +670,7 @@ class MessageStore:
                 self.config.flush_commit_log_least_pages
             async with self._disk():
                 ts = self._last_store_timestamp
-                await asyncio.to_thread(self.commitlog.flush, least)
+                await self._in_thread(self.commitlog.flush, least)
                 if self.commitlog.flushed_where >= self.commitlog.max_phy_offset:
                     self._flushed_store_timestamp = ts
 
@@ -667,7 +682,7 @@ class MessageStore:
     async def flush_consume_queues(self) -> None:
         async with self._disk():
             ts = self._dispatcher.last_store_timestamp
-            await asyncio.to_thread(self.consume_queues.flush)
+            await self._in_thread(self.consume_queues.flush)
             self._logics_flushed_store_timestamp = ts
 
     async def _checkpoint_loop(self) -> None:
@@ -692,17 +707,17 @@ class MessageStore:
         write_checkpoint(self._checkpoint_path, self._checkpoint_value())
 
     async def write_checkpoint(self) -> None:
-        await asyncio.to_thread(write_checkpoint, self._checkpoint_path, self._checkpoint_value())
+        await self._in_thread(write_checkpoint, self._checkpoint_path, self._checkpoint_value())
 
     async def _allocate_loop(self) -> None:
         while True:
             await asyncio.sleep(0.1)
-            await asyncio.to_thread(self.commitlog.warm_ahead)
+            await self._in_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
             if start is not None:
                 with contextlib.suppress(DiskFullError):
                     # A full disk here is reported by the append that needs the file.
-                    await asyncio.to_thread(self.commitlog.prepare_next_file, start)
+                    await self._in_thread(self.commitlog.prepare_next_file, start)
 
     async def _clean_loop(self) -> None:
         while True:
@@ -719,7 +734,7 @@ class MessageStore:
         point only below the new minimum. Returns the number of commitlog files deleted."""
         from store.retention import FileAge, files_to_delete, parse_delete_when
 
-        ratio = await asyncio.to_thread(self.disk_used_ratio)
+        ratio = await self._in_thread(self.disk_used_ratio)
         self.disk_full = ratio * 100 >= self.config.disk_space_warning_level_ratio
         files = list(self.commitlog.files.files)
         now = self.wall_ms() if now_ms is None else now_ms
@@ -729,7 +744,7 @@ class MessageStore:
             return [FileAge(m.file_from_offset, int(m.path.stat().st_mtime * 1000))
                     for m in files]
 
-        ages = await asyncio.to_thread(file_ages)
+        ages = await self._in_thread(file_ages)
         doomed = files_to_delete(
             ages, now_ms=now,
             file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
@@ -741,7 +756,7 @@ class MessageStore:
             return 0
         count = len(doomed)
         async with self._disk():
-            await asyncio.to_thread(self._delete_first_files, count)
+            await self._in_thread(self._delete_first_files, count)
         return count
 
     def _delete_first_files(self, count: int) -> None:

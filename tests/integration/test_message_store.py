@@ -378,3 +378,42 @@ async def test_puts_create_files_off_the_event_loop(tmp_path: Path,
         assert loop_thread not in creators
     finally:
         store.close()
+
+
+async def test_close_waits_for_disk_work_still_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush cancelled on the loop keeps running in its thread: close() must not unmap the
+    files under it (it waits for the store's worker threads first)."""
+    import threading
+
+    from store.commitlog import CommitLog
+
+    events: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    real_flush, real_close = CommitLog.flush, CommitLog.close
+
+    def slow_flush(self: CommitLog, least_pages: int = 0) -> int:
+        if not started.is_set():
+            started.set()
+            release.wait(10)
+            events.append("background flush done")
+        return real_flush(self, least_pages)
+
+    def recording_close(self: CommitLog) -> None:
+        events.append("unmapped")
+        real_close(self)
+
+    monkeypatch.setattr(CommitLog, "flush", slow_flush)
+    monkeypatch.setattr(CommitLog, "close", recording_close)
+    store = MessageStore(small_config(tmp_path / "s"))
+    store.open()
+    store.append_message(message(b"x" * 100))
+    flushing = asyncio.create_task(store.flush())
+    await asyncio.to_thread(started.wait, 10)
+    flushing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flushing
+    threading.Timer(0.2, release.set).start()
+    await asyncio.to_thread(store.close)
+    assert events == ["background flush done", "unmapped"]
