@@ -2,6 +2,15 @@
 # Create .venv and install pyrmq with the pinned dev dependencies (constraints.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Debian's redis-server: the peer of benchmarks/test_broker_throughput.py (CI runs as root).
+if ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
+    else
+        echo "note: redis-server is missing; the broker benchmark needs it (apt-get install redis-server)"
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

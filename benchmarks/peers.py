@@ -1,0 +1,265 @@
+"""Processes of the broker benchmark besides the brokers: Redis and the Python load generator,
+plus what the benchmark reads about processes (CPU time) and does to them (pause, resume).
+
+The brokers and name servers come from the interop harnesses (tests/interop/harness.py for Java,
+tests/interop/pyrmq_env.py for pyrmq). Every other process is a `Child`: a real child process
+with its stdout and stderr in files under a work directory, waited on with deadlines and stopped
+(SIGTERM, then SIGKILL) at teardown.
+
+Invariants:
+- A child dies with the thread that started it (PR_SET_PDEATHSIG) and sits in its own process
+  group, so `stop()` reaches anything it started; `stop()` is idempotent.
+- Every wait has a deadline and fails with the tails of the child's output.
+- A process `paused()` is always resumed when the block ends, however it ends.
+- redis-server gets a port that was free a moment ago (bound to 0, released).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from broker.client import BrokerClient
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import GetRouteInfoRequestHeader
+from tests.interop.network import free_port
+
+REPO: Final = Path(__file__).resolve().parents[1]
+POLL_INTERVAL_S: Final = 0.05
+START_TIMEOUT_S: Final = 30.0
+STOP_TIMEOUT_S: Final = 20.0
+OUTPUT_TAIL_LINES: Final = 20
+CLOCK_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
+
+_PR_SET_PDEATHSIG: Final = 1
+_LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
+
+
+class BenchmarkSetupError(Exception):
+    """A benchmark process did not start, died, or did not print what it should in time."""
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL when the thread that started the child exits (pytest killed)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no file)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of a process (all its threads), from /proc/<pid>/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (everything but idle and iowait), from the
+    first line of /proc/stat: cpu user nice system idle iowait irq softirq steal ..."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S
+
+
+@dataclass(eq=False)
+class Child:
+    """One child process and its output files (stdout.txt, stderr.txt in work_dir)."""
+
+    name: str
+    work_dir: Path
+    popen: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, name: str, command: Sequence[str], work_dir: Path) -> Child:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        (work_dir / "command.txt").write_text(" ".join(command) + "\n")
+        with (
+            (work_dir / "stdout.txt").open("wb") as stdout,
+            (work_dir / "stderr.txt").open("wb") as stderr,
+        ):
+            popen = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            )
+        return cls(name, work_dir, popen)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        """stdout and stderr, in that order (the pyrmq servers log to stderr)."""
+        return "".join(
+            (self.work_dir / name).read_text(errors="replace")
+            for name in ("stdout.txt", "stderr.txt")
+        )
+
+    def stdout(self) -> str:
+        return (self.work_dir / "stdout.txt").read_text(errors="replace")
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.pid)
+
+    def wait_for_output(self, pattern: str, *, timeout_s: float) -> re.Match[str]:
+        """The first match of `pattern` in stdout or stderr; raises if the child exits first
+        or time runs out."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = self.alive()  # before reading: a line printed just before exiting counts
+            match = regex.search(self.output())
+            if match is not None:
+                return match
+            if not alive:
+                raise BenchmarkSetupError(
+                    f"{self.name} exited with {self.popen.returncode} before printing "
+                    f"{pattern!r}\n{self.diagnostics()}"
+                )
+            if time.monotonic() > deadline:
+                raise BenchmarkSetupError(
+                    f"{self.name} did not print {pattern!r} within {timeout_s} s\n"
+                    f"{self.diagnostics()}"
+                )
+            time.sleep(POLL_INTERVAL_S)
+
+    def wait(self, timeout_s: float) -> int:
+        """The exit code; raises BenchmarkSetupError (with the output) if still running."""
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired as err:
+            raise BenchmarkSetupError(
+                f"{self.name} still running after {timeout_s} s\n{self.diagnostics()}"
+            ) from err
+
+    def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM to the process group (a graceful stop), SIGKILL after timeout_s. Idempotent;
+        also stops a child that `paused()` left stopped (SIGCONT after the SIGTERM)."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                os.killpg(self.popen.pid, signal.SIGCONT)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=timeout_s)
+
+    def diagnostics(self) -> str:
+        return (
+            f"--- {self.name} pid={self.pid} work_dir={self.work_dir}\n"
+            f"--- stdout:\n{_tail(self.work_dir / 'stdout.txt')}\n"
+            f"--- stderr:\n{_tail(self.work_dir / 'stderr.txt')}"
+        )
+
+
+@contextlib.contextmanager
+def paused(pids: Sequence[int]) -> Iterator[None]:
+    """SIGSTOP these processes (every thread of each) for the block, SIGCONT after it.
+
+    A benchmark pauses the servers it does not measure: an idle Java broker alone keeps 10-15 %
+    of a core busy (and much more while its JIT compiles), which would tax whichever server
+    shares the machine with it.
+    """
+    stopped: list[int] = []
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """A running server child and its address ("127.0.0.1:port")."""
+
+    addr: str
+    child: Child
+
+
+def start_redis(work_dir: Path) -> Server:
+    """Debian's redis-server on 127.0.0.1: AOF on, fsync every second, no RDB snapshots, its
+    files in work_dir. Returns once it accepts commands."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise BenchmarkSetupError(
+            "redis-server not found: ./scripts/setup.sh installs it (apt-get install redis-server)"
+        )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    child = Child.start(
+        "redis-server",
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work_dir),
+         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+         "--daemonize", "no", "--logfile", ""],
+        work_dir,
+    )
+    try:
+        child.wait_for_output(r"Ready to accept connections", timeout_s=START_TIMEOUT_S)
+    except BenchmarkSetupError:
+        child.stop()
+        raise
+    return Server(f"127.0.0.1:{port}", child)
+
+
+async def create_topic(broker: str, topic: str, *, queues: int) -> None:
+    """UPDATE_AND_CREATE_TOPIC on a pyrmq or Java broker (both speak it)."""
+    host, port = broker.rsplit(":", 1)
+    async with await BrokerClient.connect(host, int(port)) as client:
+        await client.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
+
+
+async def route_ready(namesrv: str, topic: str) -> bool:
+    """Whether the name server answers GET_ROUTEINFO_BY_TOPIC for `topic` with a route."""
+    host, port = namesrv.rsplit(":", 1)
+    async with await RemotingClient.connect(host, int(port)) as client:
+        request = RemotingCommand.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            GetRouteInfoRequestHeader(topic=topic).to_ext_fields(),
+        )
+        response = await client.invoke(request, 3_000)
+    return response.code == ResponseCode.SUCCESS and b"queueDatas" in response.body
+
+
+def last_json_line(text: str, *, what: str) -> dict[str, object]:
+    """The last line of `text` that is a JSON object (a load generator's result)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    raise BenchmarkSetupError(f"{what}: no JSON result line in its output:\n{text[-2000:]}")
