@@ -64,6 +64,10 @@ class BrokerMetrics:
         self.put_message_count = 0
         self.get_message_count = 0
         self._node = (cluster, NODE_TYPE_BROKER, node_id)
+        # Labelled children, looked up once per label set rather than once per request.
+        self._in_children: dict[tuple[str, str, bool], tuple[Counter, Counter, Histogram]] = {}
+        self._out_children: dict[tuple[str, str, bool], tuple[Counter, Counter]] = {}
+        self._rpc_children: dict[tuple[int, int | None, bool, str], Histogram] = {}
         registry = self.registry
         self.messages_in_total = Counter(
             "rocketmq_messages_in_total", "Messages stored by sends",
@@ -115,30 +119,47 @@ class BrokerMetrics:
         self.put_message_count += count
         if is_retry_or_dlq_topic(topic):
             return
-        labels = (*self._node, topic, message_type, _bool(is_system))
-        self.messages_in_total.labels(*labels).inc(count)
-        self.throughput_in_total.labels(*labels).inc(stored_bytes)
-        self.message_size.labels(*labels).observe(stored_bytes / max(count, 1))
+        key = (topic, message_type, is_system)
+        children = self._in_children.get(key)
+        if children is None:
+            labels = (*self._node, topic, message_type, _bool(is_system))
+            children = self._in_children[key] = (
+                self.messages_in_total.labels(*labels), self.throughput_in_total.labels(*labels),
+                self.message_size.labels(*labels),
+            )
+        children[0].inc(count)
+        children[1].inc(stored_bytes)
+        children[2].observe(stored_bytes / max(count, 1))
 
     def message_out(self, topic: str, group: str, *, count: int, bytes_out: int,
                     is_system: bool) -> None:
         self.get_message_count += count
         if is_retry_or_dlq_topic(topic):
             return
-        labels = (*self._node, topic, group, _bool(is_system))
-        self.messages_out_total.labels(*labels).inc(count)
-        self.throughput_out_total.labels(*labels).inc(bytes_out)
+        key = (topic, group, is_system)
+        children = self._out_children.get(key)
+        if children is None:
+            labels = (*self._node, topic, group, _bool(is_system))
+            children = self._out_children[key] = (
+                self.messages_out_total.labels(*labels), self.throughput_out_total.labels(*labels),
+            )
+        children[0].inc(count)
+        children[1].inc(bytes_out)
 
     def send_to_dlq(self, topic: str, group: str, *, is_system: bool) -> None:
         self.send_to_dlq_messages_total.labels(*self._node, topic, group, _bool(is_system)).inc()
 
     def rpc(self, request_code: int, response_code: int | None, elapsed_ms: float, *,
             long_polling: bool = False, result: str = RESULT_SUCCESS) -> None:
-        self.rpc_latency.labels(
-            *self._node, PROTOCOL_TYPE_REMOTING, request_code_desc(request_code),
-            "" if response_code is None else response_code_desc(response_code),
-            _bool(long_polling), result,
-        ).observe(elapsed_ms)
+        key = (request_code, response_code, long_polling, result)
+        child = self._rpc_children.get(key)
+        if child is None:
+            child = self._rpc_children[key] = self.rpc_latency.labels(
+                *self._node, PROTOCOL_TYPE_REMOTING, request_code_desc(request_code),
+                "" if response_code is None else response_code_desc(response_code),
+                _bool(long_polling), result,
+            )
+        child.observe(elapsed_ms)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every family."""
