@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import GetRouteInfoRequestHeader
 from tests.interop.network import free_port
+from tests.support.processes import die_with_parent, tail
 
 REPO: Final = Path(__file__).resolve().parents[1]
 POLL_INTERVAL_S: Final = 0.05
@@ -44,25 +44,12 @@ STOP_TIMEOUT_S: Final = 20.0
 OUTPUT_TAIL_LINES: Final = 20
 CLOCK_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
 
-_PR_SET_PDEATHSIG: Final = 1
-_LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
 
 
 class BenchmarkSetupError(Exception):
     """A benchmark process did not start, died, or did not print what it should in time."""
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL when the thread that started the child exits (pytest killed)."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no file)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -106,7 +93,7 @@ class Child:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         return cls(name, work_dir, popen)
 
@@ -178,8 +165,8 @@ class Child:
     def diagnostics(self) -> str:
         return (
             f"--- {self.name} pid={self.pid} work_dir={self.work_dir}\n"
-            f"--- stdout:\n{_tail(self.work_dir / 'stdout.txt')}\n"
-            f"--- stderr:\n{_tail(self.work_dir / 'stderr.txt')}"
+            f"--- stdout:\n{tail(self.work_dir / 'stdout.txt', OUTPUT_TAIL_LINES)}\n"
+            f"--- stderr:\n{tail(self.work_dir / 'stderr.txt', OUTPUT_TAIL_LINES)}"
         )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import re
 import signal
@@ -52,6 +51,7 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
+from tests.support.processes import die_with_parent, tail
 
 __all__ = [
     "ADMIN_MAIN",
@@ -115,8 +115,6 @@ POLL_INTERVAL_S: Final = 0.05
 OUTPUT_TAIL_LINES: Final = 30
 KILL_WAIT_S: Final = 10.0
 
-_PR_SET_PDEATHSIG: Final = 1
-_LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
 
 
 class InteropError(Exception):
@@ -126,17 +124,6 @@ class InteropError(Exception):
 # --- processes ---------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the JVM gets SIGKILL when the thread that started it exits (pytest killed)."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no file)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 @dataclass(eq=False)
@@ -229,9 +216,9 @@ class JavaProcess:
         """The tails of stdout, stderr and the log file, for failure messages."""
         return (
             f"--- {self.name} ({self.main_class}) work_dir={self.work_dir}\n"
-            f"--- stdout:\n{_tail(self.stdout_path)}\n"
-            f"--- stderr:\n{_tail(self.stderr_path)}\n"
-            f"--- log:\n{_tail(self.log_path)}"
+            f"--- stdout:\n{tail(self.stdout_path, OUTPUT_TAIL_LINES)}\n"
+            f"--- stderr:\n{tail(self.stderr_path, OUTPUT_TAIL_LINES)}\n"
+            f"--- log:\n{tail(self.log_path, OUTPUT_TAIL_LINES)}"
         )
 
 
@@ -400,7 +387,7 @@ class JavaEnv:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         process = JavaProcess(unique, main_class, tuple(args), work_dir, popen)
         self._processes.append(process)
@@ -725,7 +712,7 @@ def _port_taken_check(process: JavaProcess) -> Iterator[None]:
         yield
     except InteropError as err:
         process.kill()
-        output = process.stdout() + process.stderr() + _tail(process.log_path, 200)
+        output = process.stdout() + process.stderr() + tail(process.log_path, 200)
         if "Address already in use" in output:
             raise PortTakenError(str(err)) from err
         raise

@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from tests.interop.network import (
     namesrv_cluster_info,
     port_accepts,
 )
+from tests.support.processes import die_with_parent, tail
 
 __all__ = [
     "BROKER_START_TIMEOUT_S",
@@ -59,8 +59,6 @@ COMMITLOG_FILE_BYTES: Final = 1024 * 1024
 CONSUME_QUEUE_FILE_BYTES: Final = 1000 * 20
 _ADDRESS_IN_USE: Final = "address already in use"  # asyncio's bind error, lowercased
 
-_PR_SET_PDEATHSIG: Final = 1
-_LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
 
 
 class PyrmqError(Exception):
@@ -71,17 +69,6 @@ class _PortTakenError(PyrmqError):
     """The process could not bind its port: another process took it after free_port()."""
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL when the thread that started it exits."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no file)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 def _answers_cluster_info(namesrv: str) -> bool:
@@ -139,7 +126,7 @@ class PyrmqProcess:
         state = "running" if self.alive() else f"exited {self.popen.returncode}"
         return (
             f"--- pyrmq {self.name} pid={self.pid} {state} addr={self.addr} "
-            f"work_dir={self.work_dir}\n{_tail(self.log_path)}"
+            f"work_dir={self.work_dir}\n{tail(self.log_path, LOG_TAIL_LINES)}"
         )
 
     def terminate(self, *, timeout_s: float = STOP_TIMEOUT_S) -> int:
@@ -274,7 +261,7 @@ class PyrmqEnv:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         process = PyrmqProcess(name, addr, work_dir, config_path, popen, store_dir)
         self._processes.append(process)
