@@ -20,7 +20,7 @@ from typing import Final
 from store import testhooks
 from store.config import StoreConfig
 from store.errors import MessageIllegalError, RecordCorruptError
-from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message_format import (
     CheckStatus,
@@ -196,7 +196,7 @@ class CommitLog:
             expected = 0 if last is None else last.file_end_offset
             if self._next_file is not None or start != expected:
                 return
-            self.files.directory.mkdir(parents=True, exist_ok=True)
+            make_dirs_durable(self.files.directory)
             mapped = MappedFile.create(
                 self.files.directory / offset_to_file_name(start), self.file_size
             )

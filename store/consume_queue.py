@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from store import testhooks
 from store.errors import DataInvariantError
-from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class ConsumeQueue:
     def create_file_detached(self, start: int) -> MappedFile:
         """Create the file at byte `start` without adding it to the queue (a worker thread
         does this; `adopt_prepared` then takes it on the event loop). Blocking."""
-        self._files.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durable(self._files.directory)
         return MappedFile.create(self._files.directory / offset_to_file_name(start),
                                  self._files.file_size)
 

@@ -80,6 +80,26 @@ def _address_of(buf: mmap.mmap) -> int:
     return address
 
 
+def make_dirs_durable(directory: Path) -> None:
+    """mkdir -p, fsyncing the parent of every directory it creates (a new directory's entry is
+    not durable until its parent is synced). Blocking."""
+    missing: list[Path] = []
+    path = directory
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _zero_range(fd: int, offset: int, length: int) -> None:
     """Make [offset, offset+length) read as zeros and stay allocated, whole pages only."""
     if length <= 0:
@@ -129,8 +149,11 @@ class MappedFile:
             raise _io_error(path, "create store file", err) from err
         try:
             os.posix_fallocate(fd, 0, file_size)
+            # The size and the allocation, then the directory entry, must be durable before the
+            # file's content can matter: a segment of the wrong size after a power loss would
+            # refuse the next start.
+            os.fsync(fd)
             buf = mmap.mmap(fd, file_size, flags=mmap.MAP_SHARED)
-            # The directory entry must be durable before the file's content can matter.
             dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(dir_fd)

@@ -18,7 +18,12 @@ import os
 from pathlib import Path
 
 from store.errors import CorruptFileError
-from store.mapped_file import MappedFile, file_name_to_offset, offset_to_file_name
+from store.mapped_file import (
+    MappedFile,
+    file_name_to_offset,
+    make_dirs_durable,
+    offset_to_file_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,7 @@ class MappedFileQueue:
                 f"{self.directory}: new file at {start_offset} does not follow "
                 f"{self.files[-1].file_end_offset}"
             )
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durable(self.directory)
         mapped = MappedFile.create(self.directory / offset_to_file_name(start_offset),
                                    self.file_size)
         self._append(mapped)

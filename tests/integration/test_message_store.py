@@ -417,3 +417,32 @@ async def test_close_waits_for_disk_work_still_in_flight(
     threading.Timer(0.2, release.set).start()
     await asyncio.to_thread(store.close)
     assert events == ["background flush done", "unmapped"]
+
+
+def test_new_files_and_directories_are_made_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new segment is fsynced after its allocation (its size must survive a power loss) and
+    every new directory is synced into its parent."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    root = tmp_path / "s"
+    store = MessageStore(small_config(root))
+    store.open()
+    try:
+        store.append_message(message(b"x", topic="NewTopic", queue_id=3))
+    finally:
+        store.close()
+    segment = str(root / "commitlog" / f"{0:020d}")
+    unit_file = str(root / "consumequeue" / "NewTopic" / "3" / f"{0:020d}")
+    for path in (segment, unit_file):
+        assert path in synced, f"{path} never fsynced"
+    for parent in (root, root / "consumequeue", root / "consumequeue" / "NewTopic",
+                   root / "consumequeue" / "NewTopic" / "3", root / "commitlog"):
+        assert str(parent) in synced, f"directory {parent} never fsynced"
