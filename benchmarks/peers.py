@@ -23,7 +23,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +34,9 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import GetRouteInfoRequestHeader
 from tests.interop.network import free_port
-from tests.support.processes import die_with_parent, tail
+from tests.support.processes import die_with_parent, tail, wait_for_match
 
 REPO: Final = Path(__file__).resolve().parents[1]
-POLL_INTERVAL_S: Final = 0.05
 START_TIMEOUT_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 20.0
 OUTPUT_TAIL_LINES: Final = 20
@@ -120,24 +118,11 @@ class Child:
     def wait_for_output(self, pattern: str, *, timeout_s: float) -> re.Match[str]:
         """The first match of `pattern` in stdout or stderr; raises if the child exits first
         or time runs out."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            alive = self.alive()  # before reading: a line printed just before exiting counts
-            match = regex.search(self.output())
-            if match is not None:
-                return match
-            if not alive:
-                raise BenchmarkSetupError(
-                    f"{self.name} exited with {self.popen.returncode} before printing "
-                    f"{pattern!r}\n{self.diagnostics()}"
-                )
-            if time.monotonic() > deadline:
-                raise BenchmarkSetupError(
-                    f"{self.name} did not print {pattern!r} within {timeout_s} s\n"
-                    f"{self.diagnostics()}"
-                )
-            time.sleep(POLL_INTERVAL_S)
+        return wait_for_match(
+            pattern, read=self.output, alive=self.alive,
+            exit_code=lambda: self.popen.returncode, name=self.name,
+            diagnostics=self.diagnostics, timeout_s=timeout_s, error=BenchmarkSetupError,
+        )
 
     def wait(self, timeout_s: float) -> int:
         """The exit code; raises BenchmarkSetupError (with the output) if still running."""

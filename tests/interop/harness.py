@@ -51,7 +51,7 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
-from tests.support.processes import die_with_parent, tail
+from tests.support.processes import die_with_parent, tail, wait_for_match
 
 __all__ = [
     "ADMIN_MAIN",
@@ -172,24 +172,11 @@ class JavaProcess:
 
     def wait_for_stdout(self, pattern: str, *, timeout_s: float) -> re.Match[str]:
         """The first match of `pattern` in stdout; raises if the JVM exits or time runs out."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            alive = self.alive()  # before reading: a line printed just before exiting counts
-            match = regex.search(self.stdout())
-            if match is not None:
-                return match
-            if not alive:
-                raise InteropError(
-                    f"{self.name} exited with {self.popen.returncode} before printing "
-                    f"{pattern!r}\n{self.diagnostics()}"
-                )
-            if time.monotonic() > deadline:
-                raise InteropError(
-                    f"{self.name} did not print {pattern!r} within {timeout_s} s\n"
-                    f"{self.diagnostics()}"
-                )
-            time.sleep(POLL_INTERVAL_S)
+        return wait_for_match(
+            pattern, read=self.stdout, alive=self.alive,
+            exit_code=lambda: self.popen.returncode, name=self.name,
+            diagnostics=self.diagnostics, timeout_s=timeout_s, error=InteropError,
+        )
 
     def kill(self) -> None:
         """SIGKILL to the JVM's process group, then reap it. Idempotent."""

@@ -7,6 +7,7 @@ the same command must give the documented bytes (Java's exact output).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -125,23 +126,9 @@ PULL_RESPONSE_FRAME_START = hexdump(
 0100: 00 00 00 c7 da a3 20 a7 69 c8 65 ed 00 00 00 01
 """
 )
-STORED_RECORD = hexdump(
-    """
-0000: 00 00 00 c7 da a3 20 a7 69 c8 65 ed 00 00 00 01
-0010: 00 00 00 00 00 00 00 00 00 00 00 11 00 00 00 00
-0020: 00 00 0f 3c 00 00 00 00 00 00 01 8b cf e5 68 00
-0030: c0 a8 00 01 00 00 d4 31 00 00 01 8b cf e5 68 05
-0040: c0 a8 00 0a 00 00 2a 9f 00 00 00 00 00 00 00 00
-0050: 00 00 00 00 00 00 00 0e 48 65 6c 6c 6f 20 52 6f
-0060: 63 6b 65 74 4d 51 09 54 6f 70 69 63 54 65 73 74
-0070: 00 55 55 4e 49 51 5f 4b 45 59 01 43 30 41 38 30
-0080: 30 30 31 30 30 30 30 32 41 39 46 30 30 30 30 30
-0090: 30 30 30 30 30 30 30 30 30 30 31 02 43 4c 55 53
-00a0: 54 45 52 01 44 65 66 61 75 6c 74 43 6c 75 73 74
-00b0: 65 72 02 54 41 47 53 01 54 61 67 41 02 57 41 49
-00c0: 54 01 74 72 75 65 02
-"""
-)
+# The stored record in the pull response is store-format.md's golden vector 2, kept as a fixture
+# (tests/unit/test_message_format.py checks the fixture against the spec's hex).
+STORED_RECORD = (Path(__file__).resolve().parents[1] / "fixtures" / "vector2.bin").read_bytes()
 
 
 def decode_one(frame: bytes) -> RemotingCommand:

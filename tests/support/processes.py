@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+
+POLL_INTERVAL_S: Final = 0.05
 
 _PR_SET_PDEATHSIG: Final = 1
 _LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
@@ -24,3 +29,32 @@ def tail(path: Path, lines: int) -> str:
     except FileNotFoundError:
         return "(no file)"
     return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def wait_for_match(
+    pattern: str,
+    *,
+    read: Callable[[], str],
+    alive: Callable[[], bool],
+    exit_code: Callable[[], int | None],
+    name: str,
+    diagnostics: Callable[[], str],
+    timeout_s: float,
+    error: type[Exception],
+) -> re.Match[str]:
+    """The first match of `pattern` in what `read()` returns; raises `error` if the process
+    exits first or time runs out (with `diagnostics()` in the message)."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        still_alive = alive()  # before reading: a line printed just before exiting counts
+        match = regex.search(read())
+        if match is not None:
+            return match
+        if not still_alive:
+            raise error(f"{name} exited with {exit_code()} before printing {pattern!r}\n"
+                        f"{diagnostics()}")
+        if time.monotonic() > deadline:
+            raise error(f"{name} did not print {pattern!r} within {timeout_s} s\n"
+                        f"{diagnostics()}")
+        time.sleep(POLL_INTERVAL_S)
