@@ -31,6 +31,7 @@ from store.message_format import (
     write_blank,
     write_record,
 )
+from store.native import native as _native
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,11 @@ class CommitLog:
                 queue_offset=queue_offset, phy_offset=phy_offset, store_timestamp=store_timestamp,
             )
             _copy_in_two_steps(mapped, pos, scratch)
+        elif _native is not None:  # write_record's C path, called directly: the hot one
+            _native.write_record(
+                mapped.buf, pos, msg.template, queue_offset, phy_offset, store_timestamp,
+                msg.store_timestamp_at, msg.append_prop_crc,
+            )
         else:
             write_record(
                 mapped.buf, pos, msg,
@@ -143,6 +149,11 @@ class CommitLog:
                 store_timestamp=store_timestamp,
             )
             _copy_in_two_steps(mapped, pos, scratch)
+        elif _native is not None:  # write_batch's C path, called directly: the hot one
+            _native.write_batch(
+                mapped.buf, pos, batch.template, batch.sizes, first_queue_offset, phy_offset,
+                store_timestamp, batch.store_timestamp_at, batch.append_prop_crc,
+            )
         else:
             write_batch(
                 mapped.buf, pos, batch,

@@ -32,6 +32,7 @@ from store import testhooks
 from store.errors import DataInvariantError
 from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.native import native as _native
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +287,36 @@ class ConsumeQueue:
             done += n
             self._next_offset = queue_offset + n
         self.max_phy_offset = int(phy_offsets[-1]) + int(sizes[-1])
+
+    def put_contiguous(
+        self,
+        first_queue_offset: int,
+        phy_offset: int,
+        sizes: npt.NDArray[np.int32],
+        tags_codes: npt.NDArray[np.int64],
+    ) -> None:
+        """Append the units of a batch whose records lie back to back from `phy_offset` (a live
+        batch append): in C, one call, when the units fit the last file."""
+        count = len(sizes)
+        position = first_queue_offset * CQ_UNIT_SIZE
+        last = self._files.last
+        if (
+            _native is None
+            or testhooks.FAULTS_ON
+            or first_queue_offset != self._next_offset
+            or last is None
+            or not last.file_from_offset <= position <= last.file_end_offset - count * CQ_UNIT_SIZE
+        ):
+            phys = np.empty(count, dtype=np.int64)
+            phys[0] = phy_offset
+            np.cumsum(sizes[:-1], out=phys[1:])
+            phys[1:] += phy_offset
+            self.put_batch(first_queue_offset, phys, sizes, tags_codes)
+            return
+        pos = position - last.file_from_offset
+        self.max_phy_offset = _native.put_cq_units(last.buf, pos, phy_offset, sizes, tags_codes)
+        last.wrote_position = pos + count * CQ_UNIT_SIZE
+        self._next_offset = first_queue_offset + count
 
     def _drop_spares(self) -> None:
         for spare in self._spares:

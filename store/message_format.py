@@ -40,6 +40,7 @@ import numpy.typing as npt
 from isal import isal_zlib
 
 from store.errors import MessageIllegalError, RecordCorruptError
+from store.native import native as _native
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -409,8 +410,10 @@ _HEADERS: Final = tuple(
     struct.Struct(f">20sqq{12 + _born_len(x)}sq{16 + _store_len(x)}s") for x in _LAYOUTS
 )
 assert tuple(h.size for h in _HEADERS) == _FIXED_BYTES
-# write_batch: QUEUEOFFSET, PHYSICALOFFSET, mid, STORETIMESTAMP, packed at record offset 20.
-_BATCH_VARIABLE: Final = tuple(struct.Struct(f">qq{12 + n}sq") for n in _HOST_BYTES)
+# Filled in at append: QUEUEOFFSET and PHYSICALOFFSET at record offset 20, and STORETIMESTAMP
+# at 36 + len(mid), after them and mid.
+_OFFSETS: Final = struct.Struct(">qq")
+_STORE_TIMESTAMP_AT: Final = 36
 
 # Cold-path codec of the fixed part, and the subset check_record reads (hosts skipped).
 _FIXED: Final = tuple(
@@ -779,10 +782,9 @@ def _int_range_error(what: str, values: Mapping[str, int]) -> MessageIllegalErro
 # and the other per record scanned by recovery, and a frozen dataclass's __init__ costs ~70 ns
 # per field here (13 fields: 0.9 us; as a NamedTuple: 0.18 us). Both are just as immutable.
 class EncodedMessage(NamedTuple):
-    """A validated message, pre-encoded once before the append lock: everything but QUEUEOFFSET,
-    PHYSICALOFFSET, STORETIMESTAMP and the record CRC.
-
-    Made only by `prepare_message`; the last five fields are the pieces `write_record` packs.
+    """A validated message, pre-encoded once before the append lock: its record with zeros for
+    QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and the record CRC digits, which `write_record`
+    fills in. Made only by `prepare_message`.
     """
 
     topic: str
@@ -793,11 +795,8 @@ class EncodedMessage(NamedTuple):
     body: bytes
     properties: bytes  # as stored, without the 20-byte CRC reservation
     append_prop_crc: bool
-    header: struct.Struct  # _HEADERS[layout]
-    head: bytes  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG
-    mid: bytes  # SYSFLAG, BORNTIMESTAMP, BORNHOST
-    post: bytes  # STOREHOST, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET, BODYLENGTH
-    tail: bytes  # TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES (+ CRC placeholder)
+    template: bytes  # the record, total_size bytes
+    store_timestamp_at: int  # STORETIMESTAMP's position in the record
 
     def __repr__(self) -> str:
         return (
@@ -864,8 +863,10 @@ def prepare_message(
                 "prepared_transaction_offset": prepared_transaction_offset,
             },
         ) from err
-    tail = b"".join(
+    template = b"".join(
         (
+            header.pack(head, 0, 0, mid, 0, post),
+            body,
             topic_part,
             _I16.pack(properties_length),
             properties,
@@ -881,11 +882,8 @@ def prepare_message(
         body,
         properties,
         append_prop_crc,
-        header,
-        head,
-        mid,
-        post,
-        tail,
+        template,
+        _STORE_TIMESTAMP_AT + len(mid),
     )
 
 
@@ -900,20 +898,39 @@ def write_record(
 ) -> int:
     """Write `msg`'s record at `buf[pos : pos + msg.total_size]`; returns `msg.total_size`.
 
-    The caller has checked that the record fits. With the property CRC, the digits are computed
-    last, over the bytes just written, so they cover the offsets and the store timestamp.
+    The caller has checked that the record fits. With the property CRC, the digits cover the
+    offsets and the store timestamp. Runs in C (`store/_native.c`) when built, else
+    `write_record_python`; tests hold the two to the same bytes.
     """
-    _, _, _, _, total_size, body, _, append_prop_crc, header, head, mid, post, tail = msg
-    header.pack_into(buf, pos, head, queue_offset, phy_offset, mid, store_timestamp, post)
-    body_pos = pos + header.size
-    tail_pos = body_pos + len(body)
-    end = pos + total_size
-    buf[body_pos:tail_pos] = body
-    buf[tail_pos:end] = tail
-    if append_prop_crc:
+    if _native is None:
+        return write_record_python(
+            buf, pos, msg, queue_offset=queue_offset, phy_offset=phy_offset,
+            store_timestamp=store_timestamp,
+        )
+    return _native.write_record(
+        buf, pos, msg.template, queue_offset, phy_offset, store_timestamp,
+        msg.store_timestamp_at, msg.append_prop_crc,
+    )
+
+
+def write_record_python(
+    buf: WritableBuffer,
+    pos: int,
+    msg: EncodedMessage,
+    *,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+) -> int:
+    """`write_record` in Python: the reference for the C version, and its stand-in."""
+    end = pos + msg.total_size
+    buf[pos:end] = msg.template
+    _OFFSETS.pack_into(buf, pos + 20, queue_offset, phy_offset)
+    _I64.pack_into(buf, pos + msg.store_timestamp_at, store_timestamp)
+    if msg.append_prop_crc:
         crc = _isal_crc32(memoryview(buf)[pos : end - PROPERTY_CRC_RESERVED_BYTES]) & CRC32_MASK
         buf[end - 11 : end - 1] = (b"%010d" % crc)[::-1]  # _crc_digits, inlined
-    return total_size
+    return msg.total_size
 
 
 # --------------------------------------------------------------------------------------------
@@ -993,8 +1010,7 @@ class EncodedBatch:
     append_prop_crc: bool
     bounds: tuple[int, ...] = field(repr=False)
     template: bytes = field(repr=False)
-    variable: struct.Struct = field(repr=False)  # QUEUEOFFSET .. STORETIMESTAMP
-    mid: bytes = field(repr=False)  # SYSFLAG, BORNTIMESTAMP, BORNHOST
+    store_timestamp_at: int = field(repr=False)  # STORETIMESTAMP's position in each record
 
 
 def prepare_batch(
@@ -1092,8 +1108,7 @@ def prepare_batch(
         append_prop_crc=append_prop_crc,
         bounds=tuple(bounds),
         template=b"".join(parts),
-        variable=_BATCH_VARIABLE[layout & 1],
-        mid=mid,
+        store_timestamp_at=_STORE_TIMESTAMP_AT + len(mid),
     )
 
 
@@ -1110,30 +1125,45 @@ def write_batch(
 
     Record i gets QUEUEOFFSET `first_queue_offset + i` and PHYSICALOFFSET `phy_offset +
     batch.bounds[i]` (`phy_offset` is the commitlog offset of `buf[pos]`). The caller has checked
-    that the whole batch fits.
+    that the whole batch fits. Runs in C (`store/_native.c`) when built, else
+    `write_batch_python`; tests hold the two to the same bytes.
     """
-    bounds = batch.bounds
+    if _native is None:
+        return write_batch_python(
+            buf, pos, batch, first_queue_offset=first_queue_offset, phy_offset=phy_offset,
+            store_timestamp=store_timestamp,
+        )
+    return _native.write_batch(
+        buf, pos, batch.template, batch.sizes, first_queue_offset, phy_offset, store_timestamp,
+        batch.store_timestamp_at, batch.append_prop_crc,
+    )
+
+
+def write_batch_python(
+    buf: WritableBuffer,
+    pos: int,
+    batch: EncodedBatch,
+    *,
+    first_queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+) -> int:
+    """`write_batch` in Python: the reference for the C version, and its stand-in."""
     buf[pos : pos + batch.total_size] = batch.template
-    pack_variable = batch.variable.pack_into
-    mid = batch.mid
-    queue_offset = first_queue_offset
-    if not batch.append_prop_crc:
-        for start in bounds[:-1]:
-            pack_variable(
-                buf, pos + start + 20, queue_offset, phy_offset + start, mid, store_timestamp
-            )
-            queue_offset += 1
-        return batch.total_size
     view = memoryview(buf)
-    start = 0
-    for stop in bounds[1:]:
-        at = pos + start
-        end = pos + stop
-        pack_variable(buf, at + 20, queue_offset, phy_offset + start, mid, store_timestamp)
-        crc = _isal_crc32(view[at : end - PROPERTY_CRC_RESERVED_BYTES]) & CRC32_MASK
-        buf[end - 11 : end - 1] = (b"%010d" % crc)[::-1]  # _crc_digits, inlined
+    queue_offset = first_queue_offset
+    timestamp = _I64.pack(store_timestamp)
+    at = batch.store_timestamp_at
+    bounds = batch.bounds
+    for index in range(batch.count):
+        start = pos + bounds[index]
+        end = pos + bounds[index + 1]
+        _OFFSETS.pack_into(buf, start + 20, queue_offset, phy_offset + bounds[index])
+        buf[start + at : start + at + 8] = timestamp
+        if batch.append_prop_crc:
+            crc = _isal_crc32(view[start : end - PROPERTY_CRC_RESERVED_BYTES]) & CRC32_MASK
+            buf[end - 11 : end - 1] = (b"%010d" % crc)[::-1]  # _crc_digits, inlined
         queue_offset += 1
-        start = stop
     return batch.total_size
 
 

@@ -6,9 +6,11 @@ import dataclasses
 import string
 from typing import Any
 
+import numpy as np
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from store.consume_queue import CQ_UNIT
 from store.errors import MessageIllegalError
 from store.message_format import (
     BATCH_ENTRY_SPEC,
@@ -32,8 +34,11 @@ from store.message_format import (
     prepare_message,
     tags_code,
     write_batch,
+    write_batch_python,
     write_record,
+    write_record_python,
 )
+from store.native import native
 
 MAX_MESSAGE_SIZE = 1024 * 1024
 
@@ -458,3 +463,104 @@ def test_decode_batch_body_on_arbitrary_bytes_returns_or_refuses(data: bytes) ->
     except MessageIllegalError:
         return
     assert sum(22 + len(b) + len(p) for _, b, p in messages_) == len(data)
+
+
+# ---------------------------------------------------------------- C writers == Python writers
+
+CRC_IMPLEMENTATIONS = (
+    native.supported_crc32_implementations() if native is not None else ("python",)
+)
+
+
+@given(
+    message=messages(),
+    append_prop_crc=st.booleans(),
+    queue_offset=i64,
+    phy_offset=i64,
+    store_timestamp=i64,
+    implementation=st.sampled_from(CRC_IMPLEMENTATIONS),
+)
+def test_write_record_in_c_equals_python(
+    message: dict[str, Any],
+    append_prop_crc: bool,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    implementation: str,
+) -> None:
+    assert native is not None, "store._native is not built"
+    msg = prepare_message(
+        **message, append_prop_crc=append_prop_crc, max_message_size=MAX_MESSAGE_SIZE
+    )
+    offsets = {"queue_offset": queue_offset, "phy_offset": phy_offset,
+               "store_timestamp": store_timestamp}
+    previous = native.set_crc32_implementation(implementation)
+    try:
+        got = written(20, lambda buf, pos: native.write_record(
+            buf, pos, msg.template, queue_offset, phy_offset, store_timestamp,
+            msg.store_timestamp_at, append_prop_crc), msg.total_size)
+    finally:
+        native.set_crc32_implementation(previous)
+    assert got == written(
+        20, lambda buf, pos: write_record_python(buf, pos, msg, **offsets), msg.total_size)
+
+
+@given(
+    inner=st.lists(st.tuples(i32, st.one_of(bodies, st.sampled_from([b"x" * 1024, b"y" * 300])),
+                             properties), min_size=1, max_size=8),
+    born_host=hosts,
+    store_host=hosts,
+    append_prop_crc=st.booleans(),
+    first_queue_offset=i64.filter(lambda n: n < 2**63 - 8),
+    phy_offset=st.integers(0, 2**60),
+    store_timestamp=i64,
+    implementation=st.sampled_from(CRC_IMPLEMENTATIONS),
+)
+def test_write_batch_in_c_equals_python(
+    inner: list[tuple[int, bytes, bytes]],
+    born_host: HostPort,
+    store_host: HostPort,
+    append_prop_crc: bool,
+    first_queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    implementation: str,
+) -> None:
+    assert native is not None, "store._native is not built"
+    batch = prepare_batch(
+        topic="T", queue_id=0, inner=inner, sys_flag=0, born_timestamp=1, born_host=born_host,
+        store_host=store_host, append_prop_crc=append_prop_crc, max_message_size=1 << 20,
+    )
+    offsets = {"first_queue_offset": first_queue_offset, "phy_offset": phy_offset,
+               "store_timestamp": store_timestamp}
+    previous = native.set_crc32_implementation(implementation)
+    try:
+        got = written(9, lambda buf, pos: native.write_batch(
+            buf, pos, batch.template, batch.sizes, first_queue_offset, phy_offset,
+            store_timestamp, batch.store_timestamp_at, append_prop_crc), batch.total_size)
+    finally:
+        native.set_crc32_implementation(previous)
+    assert got == written(
+        9, lambda buf, pos: write_batch_python(buf, pos, batch, **offsets), batch.total_size)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 2**31 - 1), min_size=1, max_size=40),
+    tags_codes=st.lists(i64, min_size=40, max_size=40),
+    phy_offset=st.integers(0, 2**62),
+)
+def test_put_cq_units_in_c_equals_numpy(sizes: list[int], tags_codes: list[int],
+                                        phy_offset: int) -> None:
+    assert native is not None, "store._native is not built"
+    size_array = np.array(sizes, np.int32)
+    tags = np.array(tags_codes[: len(sizes)], np.int64)
+    buf = bytearray(b"\xee" * (len(sizes) * 20 + 7))
+    end = native.put_cq_units(buf, 3, phy_offset, size_array, tags)
+    assert end == phy_offset + sum(sizes)
+    expected = np.zeros(len(sizes), CQ_UNIT)
+    expected["phy_offset"] = phy_offset + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    expected["size"] = sizes
+    expected["tags_code"] = tags
+    assert buf[:3] == b"\xee" * 3
+    assert bytes(buf[3 : 3 + len(sizes) * 20]) == expected.tobytes()
+    assert buf[3 + len(sizes) * 20 :] == b"\xee" * 4

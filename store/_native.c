@@ -1,0 +1,808 @@
+/*
+ * store._native: the commitlog's batch append in C.
+ *
+ * Why native: a batch append is one template copy plus, per record, three fields and the
+ * whole-record CRC (the `__CRC32#` property). In Python that per-record work costs ~0.6 us,
+ * ten times the copy itself; here it is a bswap and a carry-less-multiply CRC pass.
+ *
+ * The pure-Python `message_format.write_batch` stays the reference: tests check both write the
+ * same bytes, and the store uses it when this module is not built.
+ *
+ * crc32 is zlib's CRC-32 (reflected polynomial 0xEDB88320, pre- and post-inverted), by carry-less
+ * multiplication folding (Gopal et al., "Fast CRC Computation for Generic Polynomials Using
+ * PCLMULQDQ Instruction", Intel 2009): 256 bytes per step with AVX-512 VPCLMULQDQ, 64 with
+ * PCLMULQDQ, and slicing-by-8 on other CPUs. The folding constants are x^k mod P for the fold
+ * distances, bit-reflected and shifted left one (tests/unit/test_native.py recomputes them).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PYRMQ_HAVE_CLMUL 1
+#include <immintrin.h>
+#endif
+
+/* Record layout (store-format.md section 3): QUEUEOFFSET at 20, PHYSICALOFFSET at 28. */
+#define QUEUE_OFFSET_AT 20
+#define PHY_OFFSET_AT 28
+/* The `__CRC32#` property reservation at the end of PROPERTIES: name, 0x01, 10 digits, 0x02. */
+#define CRC_RESERVED_BYTES 20
+#define CRC_MASK 0x7FFFFFFFu
+
+/* ------------------------------------------------------------------ CRC-32, slicing-by-8 */
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_table_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = crc_table[0][n];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][n] = c;
+        }
+    }
+}
+
+/* `state` is the inverted running CRC (what the register holds between bytes). */
+static uint32_t
+crc_update_sw(uint32_t state, const uint8_t *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        state = crc_table[0][(state ^ *p++) & 0xFF] ^ (state >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        word = __builtin_bswap64(word);
+#endif
+        word ^= state;
+        state = crc_table[7][word & 0xFF] ^ crc_table[6][(word >> 8) & 0xFF] ^
+                crc_table[5][(word >> 16) & 0xFF] ^ crc_table[4][(word >> 24) & 0xFF] ^
+                crc_table[3][(word >> 32) & 0xFF] ^ crc_table[2][(word >> 40) & 0xFF] ^
+                crc_table[1][(word >> 48) & 0xFF] ^ crc_table[0][word >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        state = crc_table[0][(state ^ *p++) & 0xFF] ^ (state >> 8);
+    return state;
+}
+
+/* ------------------------------------------------------------------ CRC-32, PCLMULQDQ */
+
+#ifdef PYRMQ_HAVE_CLMUL
+/* What the CPU can run, and what crc_update uses (the best, unless a test chose another). */
+static int have_clmul, have_vpclmul, use_clmul, use_vpclmul;
+
+/* Folding moves a 128-bit lane D bits ahead: lo * (x^(D+32) mod P) ^ hi * (x^(D-32) mod P), the
+ * constants bit-reflected and shifted left one (tests/unit/test_native.py recomputes them all).
+ * K64 = x^64 mod P takes 64 bits to 32; P_X and MU = floor(x^64 / P) are Barrett's. */
+#define K512_LO 0x0154442bd4ULL
+#define K512_HI 0x01c6e41596ULL
+#define K128_LO 0x01751997d0ULL
+#define K128_HI 0x00ccaa009eULL
+#define K64 0x0163cd6124ULL
+#define P_X 0x01db710641ULL
+#define MU 0x01f7011641ULL
+
+#define K256_LO 0x00f1da05aaULL
+#define K256_HI 0x015a546366ULL
+#define K384_LO 0x003db1ecdcULL
+#define K384_HI 0x0174359406ULL
+
+__attribute__((target("pclmul,sse4.1"))) static inline __m128i
+fold128(__m128i lane, __m128i k)
+{
+    return _mm_xor_si128(_mm_clmulepi64_si128(lane, k, 0x00), _mm_clmulepi64_si128(lane, k, 0x11));
+}
+
+/* Four lanes covering the last 64 bytes folded, then 16-byte steps, down to 32 bits. The four
+ * lanes fold in parallel, each by its own distance, so the chain stays short: a record's CRC
+ * is latency-bound. */
+__attribute__((target("pclmul,sse4.1"))) static inline uint32_t
+crc_fold_tail(__m128i x1, __m128i x2, __m128i x3, __m128i x4, const uint8_t *p, size_t n)
+{
+    const __m128i k128 = _mm_set_epi64x((long long)K128_HI, (long long)K128_LO);
+    x1 = _mm_xor_si128(
+        _mm_xor_si128(fold128(x1, _mm_set_epi64x((long long)K384_HI, (long long)K384_LO)),
+                      fold128(x2, _mm_set_epi64x((long long)K256_HI, (long long)K256_LO))),
+        _mm_xor_si128(fold128(x3, k128), x4));
+    while (n >= 16) {
+        x1 = _mm_xor_si128(fold128(x1, k128), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    /* 128 bits to 64: the low half times x^(128-32), folded onto the high half. */
+    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i t = _mm_clmulepi64_si128(x1, k128, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), t);
+    /* 64 bits to 32 + 64: the low 32 bits times x^64. */
+    __m128i k = _mm_set_epi64x(0, (long long)K64);
+    t = _mm_srli_si128(x1, 4);
+    x1 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), k, 0x00);
+    x1 = _mm_xor_si128(x1, t);
+    /* Barrett reduction to 32 bits. */
+    k = _mm_set_epi64x((long long)MU, (long long)P_X);
+    t = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), k, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), k, 0x00);
+    x1 = _mm_xor_si128(x1, t);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
+/* 128-bit PCLMULQDQ: four lanes, 64 bytes per step. n >= 64 and n % 16 == 0. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t
+crc_fold_clmul(uint32_t state, const uint8_t *p, size_t n)
+{
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 0));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)state));
+    const __m128i k = _mm_set_epi64x((long long)K512_HI, (long long)K512_LO);
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        x1 = _mm_xor_si128(fold128(x1, k), _mm_loadu_si128((const __m128i *)(p + 0)));
+        x2 = _mm_xor_si128(fold128(x2, k), _mm_loadu_si128((const __m128i *)(p + 16)));
+        x3 = _mm_xor_si128(fold128(x3, k), _mm_loadu_si128((const __m128i *)(p + 32)));
+        x4 = _mm_xor_si128(fold128(x4, k), _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    return crc_fold_tail(x1, x2, x3, x4, p, n);
+}
+
+/* The same for a 512-bit register (four lanes) moved 2048, 1536 or 1024 bits. */
+#define K2048_LO 0x011542778aULL
+#define K2048_HI 0x01322d1430ULL
+#define K1536_LO 0x01821d8bc0ULL
+#define K1536_HI 0x012e958ac4ULL
+#define K1024_LO 0x01e88ef372ULL
+#define K1024_HI 0x014a7fe880ULL
+
+#define VPCLMUL_TARGET "avx512f,avx512vl,vpclmulqdq,pclmul,sse4.1"
+
+__attribute__((target(VPCLMUL_TARGET))) static inline __m512i
+fold512(__m512i reg, unsigned long long lo, unsigned long long hi)
+{
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)hi, (long long)lo));
+    return _mm512_xor_si512(_mm512_clmulepi64_epi128(reg, k, 0x00),
+                            _mm512_clmulepi64_epi128(reg, k, 0x11));
+}
+
+/* AVX-512 VPCLMULQDQ: sixteen lanes in four registers, 256 bytes per step, then the same
+ * tail. The input's first 256 bytes are read from `first`, the rest from `p + 256` (so a record
+ * can be checked with its header patched in a scratch copy). n >= 256 and n % 16 == 0. */
+__attribute__((target(VPCLMUL_TARGET))) static uint32_t
+crc_fold_vpclmul(uint32_t state, const uint8_t *first, const uint8_t *p, size_t n)
+{
+    __m512i a = _mm512_loadu_si512((const void *)(first + 0));
+    __m512i b = _mm512_loadu_si512((const void *)(first + 64));
+    __m512i c = _mm512_loadu_si512((const void *)(first + 128));
+    __m512i d = _mm512_loadu_si512((const void *)(first + 192));
+    a = _mm512_xor_si512(a, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)state)));
+    p += 256;
+    n -= 256;
+    while (n >= 256) {
+        a = _mm512_xor_si512(fold512(a, K2048_LO, K2048_HI),
+                             _mm512_loadu_si512((const void *)(p + 0)));
+        b = _mm512_xor_si512(fold512(b, K2048_LO, K2048_HI),
+                             _mm512_loadu_si512((const void *)(p + 64)));
+        c = _mm512_xor_si512(fold512(c, K2048_LO, K2048_HI),
+                             _mm512_loadu_si512((const void *)(p + 128)));
+        d = _mm512_xor_si512(fold512(d, K2048_LO, K2048_HI),
+                             _mm512_loadu_si512((const void *)(p + 192)));
+        p += 256;
+        n -= 256;
+    }
+    /* Four registers into one, in parallel: a, b, c each moved up to d. */
+    a = _mm512_ternarylogic_epi64(fold512(a, K1536_LO, K1536_HI), fold512(b, K1024_LO, K1024_HI),
+                                  _mm512_xor_si512(fold512(c, K512_LO, K512_HI), d), 0x96);
+    while (n >= 64) {
+        a = _mm512_xor_si512(fold512(a, K512_LO, K512_HI), _mm512_loadu_si512((const void *)p));
+        p += 64;
+        n -= 64;
+    }
+    return crc_fold_tail(_mm512_extracti32x4_epi32(a, 0), _mm512_extracti32x4_epi32(a, 1),
+                         _mm512_extracti32x4_epi32(a, 2), _mm512_extracti32x4_epi32(a, 3), p, n);
+}
+
+/* Two CRCs of equal-length inputs side by side, each as crc_fold_vpclmul. One record's CRC is
+ * a chain of dependent multiplies, so two independent chains interleaved take little longer
+ * than one. n >= 256 and n % 16 == 0. */
+__attribute__((target(VPCLMUL_TARGET))) static void
+crc_fold_vpclmul_x2(uint32_t *state1, const uint8_t *first1, const uint8_t *p1,
+                    uint32_t *state2, const uint8_t *first2, const uint8_t *p2, size_t n)
+{
+    __m512i a1 = _mm512_loadu_si512((const void *)(first1 + 0));
+    __m512i b1 = _mm512_loadu_si512((const void *)(first1 + 64));
+    __m512i c1 = _mm512_loadu_si512((const void *)(first1 + 128));
+    __m512i d1 = _mm512_loadu_si512((const void *)(first1 + 192));
+    __m512i a2 = _mm512_loadu_si512((const void *)(first2 + 0));
+    __m512i b2 = _mm512_loadu_si512((const void *)(first2 + 64));
+    __m512i c2 = _mm512_loadu_si512((const void *)(first2 + 128));
+    __m512i d2 = _mm512_loadu_si512((const void *)(first2 + 192));
+    a1 = _mm512_xor_si512(a1, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)*state1)));
+    a2 = _mm512_xor_si512(a2, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)*state2)));
+    size_t at = 256;
+#define NEXT(reg, p, off)                                                                 \
+    reg = _mm512_xor_si512(fold512(reg, K2048_LO, K2048_HI),                              \
+                           _mm512_loadu_si512((const void *)((p) + at + (off))))
+    for (; n - at >= 256; at += 256) {
+        NEXT(a1, p1, 0);
+        NEXT(a2, p2, 0);
+        NEXT(b1, p1, 64);
+        NEXT(b2, p2, 64);
+        NEXT(c1, p1, 128);
+        NEXT(c2, p2, 128);
+        NEXT(d1, p1, 192);
+        NEXT(d2, p2, 192);
+    }
+#undef NEXT
+    a1 = _mm512_ternarylogic_epi64(fold512(a1, K1536_LO, K1536_HI),
+                                   fold512(b1, K1024_LO, K1024_HI),
+                                   _mm512_xor_si512(fold512(c1, K512_LO, K512_HI), d1), 0x96);
+    a2 = _mm512_ternarylogic_epi64(fold512(a2, K1536_LO, K1536_HI),
+                                   fold512(b2, K1024_LO, K1024_HI),
+                                   _mm512_xor_si512(fold512(c2, K512_LO, K512_HI), d2), 0x96);
+    for (; n - at >= 64; at += 64) {
+        a1 = _mm512_xor_si512(fold512(a1, K512_LO, K512_HI),
+                              _mm512_loadu_si512((const void *)(p1 + at)));
+        a2 = _mm512_xor_si512(fold512(a2, K512_LO, K512_HI),
+                              _mm512_loadu_si512((const void *)(p2 + at)));
+    }
+    *state1 = crc_fold_tail(_mm512_extracti32x4_epi32(a1, 0), _mm512_extracti32x4_epi32(a1, 1),
+                            _mm512_extracti32x4_epi32(a1, 2), _mm512_extracti32x4_epi32(a1, 3),
+                            p1 + at, n - at);
+    *state2 = crc_fold_tail(_mm512_extracti32x4_epi32(a2, 0), _mm512_extracti32x4_epi32(a2, 1),
+                            _mm512_extracti32x4_epi32(a2, 2), _mm512_extracti32x4_epi32(a2, 3),
+                            p2 + at, n - at);
+}
+#endif
+
+static uint32_t
+crc_update(uint32_t state, const uint8_t *p, size_t n)
+{
+#ifdef PYRMQ_HAVE_CLMUL
+    if (use_vpclmul && n >= 256) {
+        size_t folded = n & ~(size_t)15;
+        state = crc_fold_vpclmul(state, p, p, folded);
+        p += folded;
+        n -= folded;
+    } else if (use_clmul && n >= 64) {
+        size_t folded = n & ~(size_t)15;
+        state = crc_fold_clmul(state, p, folded);
+        p += folded;
+        n -= folded;
+    }
+#endif
+    return crc_update_sw(state, p, n);
+}
+
+static inline uint32_t
+crc32_of(uint32_t crc, const uint8_t *p, size_t n)
+{
+    return ~crc_update(~crc, p, n);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static inline void
+put_be64(uint8_t *at, int64_t value)
+{
+    uint64_t v = (uint64_t)value;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(at, &v, 8);
+}
+
+/* RocketMQ writes the masked CRC as ten decimal digits, least significant first. */
+static inline void
+put_crc_digits(uint8_t *at, uint32_t crc)
+{
+    for (int i = 0; i < 10; i++) {
+        at[i] = (uint8_t)('0' + crc % 10);
+        crc /= 10;
+    }
+}
+
+/* A C-contiguous buffer of native-endian signed integers of `itemsize` bytes (numpy int32/int64
+ * arrays: format "i"/"<i", "l"/"<l" or "q"/"<q"). */
+static int
+is_native_int(const Py_buffer *view, Py_ssize_t itemsize, const char *what)
+{
+    const char *fmt = view->format ? view->format : "B";
+    if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@')
+        fmt++;
+    int ok = view->itemsize == itemsize && fmt[0] != '\0' && fmt[1] == '\0' &&
+             ((itemsize == 4 && fmt[0] == 'i') ||
+              (itemsize == 8 && (fmt[0] == 'q' || fmt[0] == 'l')));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    ok = ok && view->format[0] != '<';
+#endif
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%s must be a native int%zd array, got format %s", what,
+                     itemsize * 8, view->format ? view->format : "B");
+    return ok;
+}
+
+/* A record's first bytes as they will be written, for its CRC: up to SCRATCH_BYTES of the
+ * template (of `len`), with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP filled in. */
+#define SCRATCH_BYTES 256
+
+static inline void
+patch_scratch(uint8_t *scratch, const uint8_t *record, size_t len, long long queue_offset, long long phy_offset, long long store_timestamp,
+              Py_ssize_t ts_at)
+{
+    memcpy(scratch, record, len < SCRATCH_BYTES ? len : SCRATCH_BYTES);
+    put_be64(scratch + QUEUE_OFFSET_AT, queue_offset);
+    put_be64(scratch + PHY_OFFSET_AT, phy_offset);
+    put_be64(scratch + ts_at, store_timestamp);
+}
+
+/* One record's CRC, read from its template (`len` bytes covered) and a patched scratch copy
+ * of its start, never from the destination: reading lines just written to cold commitlog
+ * pages would wait for their fetch from memory. */
+static inline uint32_t
+record_crc(const uint8_t *record, size_t len, long long queue_offset, long long phy_offset,
+           long long store_timestamp, Py_ssize_t ts_at)
+{
+    uint8_t scratch[SCRATCH_BYTES];
+    patch_scratch(scratch, record, len, queue_offset, phy_offset, store_timestamp, ts_at);
+    uint32_t state;
+#ifdef PYRMQ_HAVE_CLMUL
+    if (use_vpclmul && len >= SCRATCH_BYTES) {
+        size_t folded = len & ~(size_t)15;
+        state = crc_fold_vpclmul(~0u, scratch, record, folded);
+        state = crc_update_sw(state, record + folded, len - folded);
+        return ~state & CRC_MASK;
+    }
+#endif
+    if (len > SCRATCH_BYTES)
+        state = crc_update(crc_update(~0u, scratch, SCRATCH_BYTES), record + SCRATCH_BYTES,
+                           len - SCRATCH_BYTES);
+    else
+        state = crc_update(~0u, scratch, len);
+    return ~state & CRC_MASK;
+}
+
+/* Fill in a copied record's QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and CRC digits. */
+static inline void
+fill_record(uint8_t *out, size_t size, long long queue_offset, long long phy_offset,
+            long long store_timestamp, Py_ssize_t ts_at, int append_prop_crc, uint32_t crc)
+{
+    put_be64(out + QUEUE_OFFSET_AT, queue_offset);
+    put_be64(out + PHY_OFFSET_AT, phy_offset);
+    put_be64(out + ts_at, store_timestamp);
+    if (append_prop_crc)
+        put_crc_digits(out + size - 11, crc);
+}
+
+/* Whether a record of `size` bytes has room for the fields write_* fill in; sets ValueError. */
+static int
+layout_fits(Py_ssize_t ts_at, size_t size, int append_prop_crc, Py_ssize_t index)
+{
+    if (ts_at < PHY_OFFSET_AT + 8 || ts_at + 8 > SCRATCH_BYTES) {
+        PyErr_Format(PyExc_ValueError, "store_timestamp_at %zd outside [%d, %d]", ts_at,
+                     PHY_OFFSET_AT + 8, SCRATCH_BYTES - 8);
+        return 0;
+    }
+    size_t min_size = (size_t)ts_at + 8 + (append_prop_crc ? CRC_RESERVED_BYTES : 0);
+    if (size < min_size) {
+        PyErr_Format(PyExc_ValueError, "record %zd: size %zu below the fixed %zu bytes", index,
+                     size, min_size);
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ Python functions */
+
+PyDoc_STRVAR(crc32_doc,
+"crc32(data, value=0, /) -> int\n\n"
+"zlib's CRC-32 of `data`, continuing from `value`.");
+
+static PyObject *
+native_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32 takes data and an optional starting value");
+        return NULL;
+    }
+    uint32_t value = 0;
+    if (nargs == 2) {
+        unsigned long v = PyLong_AsUnsignedLongMask(args[1]);
+        if (v == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        value = (uint32_t)v;
+    }
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc;
+    if (data.len > 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32_of(value, data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32_of(value, data.buf, (size_t)data.len);
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+PyDoc_STRVAR(write_batch_doc,
+"write_batch(buf, pos, template, sizes, first_queue_offset, phy_offset, store_timestamp,\n"
+"            store_timestamp_at, append_prop_crc, /) -> int\n\n"
+"Copy a batch's record template to buf[pos:] and fill in each record's QUEUEOFFSET\n"
+"(first_queue_offset + i), PHYSICALOFFSET (phy_offset + its start in the batch),\n"
+"STORETIMESTAMP (at store_timestamp_at within the record) and, with append_prop_crc, the\n"
+"`__CRC32#` digits. `sizes` holds the records' int32 sizes. Returns the bytes written.\n"
+"Raises ValueError, before writing anything, when the sizes do not tile the template or the\n"
+"batch does not fit.");
+
+static PyObject *
+native_write_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "write_batch takes 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long first_queue_offset = PyLong_AsLongLong(args[4]);
+    long long phy_offset = PyLong_AsLongLong(args[5]);
+    long long store_timestamp = PyLong_AsLongLong(args[6]);
+    Py_ssize_t ts_at = PyLong_AsSsize_t(args[7]);
+    int append_prop_crc = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || append_prop_crc < 0)
+        return NULL;
+
+    Py_buffer buf, template, sizes;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &template, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&template);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!is_native_int(&sizes, 4, "sizes"))
+        goto done;
+    Py_ssize_t count = sizes.len / 4;
+    const int32_t *size_of = (const int32_t *)sizes.buf;
+    if (count == 0) {
+        PyErr_SetString(PyExc_ValueError, "a batch needs at least one record");
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (size_of[i] < 0 || !layout_fits(ts_at, (size_t)size_of[i], append_prop_crc, i))
+            goto done;
+        total += size_of[i];
+    }
+    if (total != template.len) {
+        PyErr_Format(PyExc_ValueError, "sizes add up to %zd, the template has %zd bytes", total,
+                     template.len);
+        goto done;
+    }
+    if (pos < 0 || pos > buf.len || buf.len - pos < total) {
+        PyErr_Format(PyExc_ValueError, "batch of %zd bytes at %zd does not fit a %zd-byte buffer",
+                     total, pos, buf.len);
+        goto done;
+    }
+    /* In chunks of records: first every CRC, reading only the template and a patched copy of
+     * each record's start; then one memcpy of the chunk (glibc's `rep movsb` for large copies:
+     * measured faster into cold commitlog pages than a copy per record); then the fields and
+     * digits in place. */
+    uint8_t *out = (uint8_t *)buf.buf + pos;
+    const uint8_t *in = (const uint8_t *)template.buf;
+    enum { CHUNK = 64 };
+    uint32_t crcs[CHUNK] = {0};
+    uint8_t scratch1[SCRATCH_BYTES], scratch2[SCRATCH_BYTES];
+    long long phy = phy_offset;
+    for (Py_ssize_t first = 0; first < count; first += CHUNK) {
+        Py_ssize_t last = first + CHUNK < count ? first + CHUNK : count;
+        const uint8_t *at = in;
+        long long at_phy = phy;
+        size_t chunk_bytes = 0;
+        for (Py_ssize_t i = first; i < last; i++) {
+            size_t size = (size_t)size_of[i];
+            size_t len = size - CRC_RESERVED_BYTES; /* the CRC covers the record up to it */
+#ifdef PYRMQ_HAVE_CLMUL
+            if (append_prop_crc && use_vpclmul && len >= SCRATCH_BYTES && i + 1 < last &&
+                size_of[i + 1] == size_of[i]) {
+                /* Two records of one size (the common batch): their CRCs side by side. */
+                const uint8_t *at2 = at + size;
+                uint32_t s1 = ~0u, s2 = ~0u;
+                size_t folded = len & ~(size_t)15;
+                patch_scratch(scratch1, at, len, first_queue_offset + i, at_phy, store_timestamp,
+                              ts_at);
+                patch_scratch(scratch2, at2, len, first_queue_offset + i + 1,
+                              at_phy + (long long)size, store_timestamp, ts_at);
+                crc_fold_vpclmul_x2(&s1, scratch1, at, &s2, scratch2, at2, folded);
+                crcs[i - first] = ~crc_update_sw(s1, at + folded, len - folded) & CRC_MASK;
+                crcs[i + 1 - first] = ~crc_update_sw(s2, at2 + folded, len - folded) & CRC_MASK;
+                at += size;
+                at_phy += (long long)size;
+                chunk_bytes += size;
+                i++;
+            } else
+#endif
+            if (append_prop_crc) {
+                crcs[i - first] = record_crc(at, len, first_queue_offset + i, at_phy,
+                                             store_timestamp, ts_at);
+            }
+            at += size;
+            at_phy += (long long)size;
+            chunk_bytes += size;
+        }
+        memcpy(out, in, chunk_bytes);
+        for (Py_ssize_t i = first; i < last; i++) {
+            size_t size = (size_t)size_of[i];
+            fill_record(out, size, first_queue_offset + i, phy, store_timestamp, ts_at,
+                        append_prop_crc, crcs[i - first]);
+            out += size;
+            phy += (long long)size;
+        }
+        in += chunk_bytes;
+    }
+    result = PyLong_FromSsize_t(total);
+done:
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&template);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(set_crc32_implementation_doc,
+"set_crc32_implementation(name, /) -> str\n\n"
+"Use `name` (one of supported_crc32_implementations()) from now on; returns the previous one.\n"
+"For tests, which hold every implementation this CPU can run to zlib's results.");
+
+static const char *
+current_impl(void)
+{
+#ifdef PYRMQ_HAVE_CLMUL
+    if (use_vpclmul)
+        return "vpclmulqdq";
+    if (use_clmul)
+        return "pclmulqdq";
+#endif
+    return "slicing-by-8";
+}
+
+static PyObject *
+native_set_crc32_implementation(PyObject *module, PyObject *name)
+{
+    (void)module;
+    const char *want = PyUnicode_AsUTF8(name);
+    if (want == NULL)
+        return NULL;
+    PyObject *previous = PyUnicode_FromString(current_impl());
+    if (previous == NULL)
+        return NULL;
+    if (strcmp(want, "slicing-by-8") == 0) {
+#ifdef PYRMQ_HAVE_CLMUL
+        use_clmul = use_vpclmul = 0;
+#endif
+        return previous;
+    }
+#ifdef PYRMQ_HAVE_CLMUL
+    if (strcmp(want, "pclmulqdq") == 0 && have_clmul) {
+        use_clmul = 1;
+        use_vpclmul = 0;
+        return previous;
+    }
+    if (strcmp(want, "vpclmulqdq") == 0 && have_vpclmul) {
+        use_clmul = use_vpclmul = 1;
+        return previous;
+    }
+#endif
+    Py_DECREF(previous);
+    PyErr_Format(PyExc_ValueError, "crc32 implementation %R is not available on this CPU", name);
+    return NULL;
+}
+
+static PyObject *
+native_supported_crc32_implementations(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+#ifdef PYRMQ_HAVE_CLMUL
+    if (have_vpclmul)
+        return Py_BuildValue("(sss)", "slicing-by-8", "pclmulqdq", "vpclmulqdq");
+    if (have_clmul)
+        return Py_BuildValue("(ss)", "slicing-by-8", "pclmulqdq");
+#endif
+    return Py_BuildValue("(s)", "slicing-by-8");
+}
+
+PyDoc_STRVAR(write_record_doc,
+"write_record(buf, pos, template, queue_offset, phy_offset, store_timestamp,\n"
+"             store_timestamp_at, append_prop_crc, /) -> int\n\n"
+"write_batch for one record: copy `template` to buf[pos:] and fill in its QUEUEOFFSET,\n"
+"PHYSICALOFFSET, STORETIMESTAMP and CRC digits. Returns the bytes written.");
+
+static PyObject *
+native_write_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "write_record takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long queue_offset = PyLong_AsLongLong(args[3]);
+    long long phy_offset = PyLong_AsLongLong(args[4]);
+    long long store_timestamp = PyLong_AsLongLong(args[5]);
+    Py_ssize_t ts_at = PyLong_AsSsize_t(args[6]);
+    int append_prop_crc = PyObject_IsTrue(args[7]);
+    if (PyErr_Occurred() || append_prop_crc < 0)
+        return NULL;
+    Py_buffer buf, template;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &template, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    size_t size = (size_t)template.len;
+    if (!layout_fits(ts_at, size, append_prop_crc, 0))
+        goto done;
+    if (pos < 0 || pos > buf.len || (size_t)(buf.len - pos) < size) {
+        PyErr_Format(PyExc_ValueError, "record of %zu bytes at %zd does not fit a %zd-byte buffer",
+                     size, pos, buf.len);
+        goto done;
+    }
+    const uint8_t *in = (const uint8_t *)template.buf;
+    uint32_t crc = append_prop_crc ? record_crc(in, size - CRC_RESERVED_BYTES, queue_offset,
+                                                phy_offset, store_timestamp, ts_at)
+                                   : 0;
+    uint8_t *out = (uint8_t *)buf.buf + pos;
+    memcpy(out, in, size);
+    fill_record(out, size, queue_offset, phy_offset, store_timestamp, ts_at, append_prop_crc, crc);
+    result = PyLong_FromSize_t(size);
+done:
+    PyBuffer_Release(&template);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(put_cq_units_doc,
+"put_cq_units(buf, pos, phy_offset, sizes, tags_codes, /) -> int\n\n"
+"Write one consume-queue unit (phyOffset i64, size i32, tagsCode i64, big-endian) per record\n"
+"of a contiguous batch at buf[pos:]: record i starts at phy_offset plus the sizes before it.\n"
+"Returns the commitlog offset after the last record; raises ValueError, before writing, when\n"
+"the units do not fit.");
+
+static PyObject *
+native_put_cq_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "put_cq_units takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long phy = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer buf, sizes, tags;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &tags, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&sizes);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!is_native_int(&sizes, 4, "sizes") || !is_native_int(&tags, 8, "tags_codes"))
+        goto done;
+    Py_ssize_t count = sizes.len / 4;
+    if (tags.len / 8 != count) {
+        PyErr_Format(PyExc_ValueError, "%zd sizes but %zd tags codes", count, tags.len / 8);
+        goto done;
+    }
+    Py_ssize_t nbytes = count * 20;
+    if (pos < 0 || pos > buf.len || buf.len - pos < nbytes) {
+        PyErr_Format(PyExc_ValueError, "%zd units at %zd do not fit a %zd-byte buffer", count, pos,
+                     buf.len);
+        goto done;
+    }
+    const int32_t *size_of = (const int32_t *)sizes.buf;
+    const int64_t *tags_code = (const int64_t *)tags.buf;
+    uint8_t *out = (uint8_t *)buf.buf + pos;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint32_t size = (uint32_t)size_of[i];
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        size = __builtin_bswap32(size);
+#endif
+        put_be64(out, phy);
+        memcpy(out + 8, &size, 4);
+        put_be64(out + 12, tags_code[i]);
+        phy += size_of[i];
+        out += 20;
+    }
+    result = PyLong_FromLongLong(phy);
+done:
+    PyBuffer_Release(&tags);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef native_methods[] = {
+    {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
+     write_record_doc},
+    {"put_cq_units", (PyCFunction)(void (*)(void))native_put_cq_units, METH_FASTCALL,
+     put_cq_units_doc},
+    {"set_crc32_implementation", native_set_crc32_implementation, METH_O,
+     set_crc32_implementation_doc},
+    {"supported_crc32_implementations", native_supported_crc32_implementations, METH_NOARGS,
+     "The CRC-32 implementations this CPU can run, slowest first."},
+    {"crc32", (PyCFunction)(void (*)(void))native_crc32, METH_FASTCALL, crc32_doc},
+    {"write_batch", (PyCFunction)(void (*)(void))native_write_batch, METH_FASTCALL,
+     write_batch_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+native_exec(PyObject *module)
+{
+    (void)module;
+    crc_table_init();
+#ifdef PYRMQ_HAVE_CLMUL
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    have_vpclmul = have_clmul && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vpclmulqdq");
+    use_clmul = have_clmul;
+    use_vpclmul = have_vpclmul;
+#endif
+    return 0;
+}
+
+static PyModuleDef_Slot native_slots[] = {
+    {Py_mod_exec, native_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "store._native",
+    .m_doc = "The commitlog's batch append and CRC-32 in C (see _native.c).",
+    .m_size = 0,
+    .m_methods = native_methods,
+    .m_slots = native_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    return PyModuleDef_Init(&native_module);
+}

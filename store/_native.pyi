@@ -1,0 +1,40 @@
+"""Type stub for the C extension `store/_native.c`."""
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+def set_crc32_implementation(name: str, /) -> str: ...
+def supported_crc32_implementations() -> tuple[str, ...]: ...
+def crc32(data: Buffer, value: int = 0, /) -> int: ...
+def write_batch(
+    buf: Buffer,
+    pos: int,
+    template: Buffer,
+    sizes: npt.NDArray[np.int32],
+    first_queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    store_timestamp_at: int,
+    append_prop_crc: bool,
+    /,
+) -> int: ...
+def write_record(
+    buf: Buffer,
+    pos: int,
+    template: Buffer,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    store_timestamp_at: int,
+    append_prop_crc: bool,
+    /,
+) -> int: ...
+def put_cq_units(
+    buf: Buffer,
+    pos: int,
+    phy_offset: int,
+    sizes: npt.NDArray[np.int32],
+    tags_codes: npt.NDArray[np.int64],
+    /,
+) -> int: ...

@@ -1,0 +1,51 @@
+"""The store without its C extension writes the very same files as with it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import store.commitlog
+import store.consume_queue
+import store.message_format
+from store.config import StoreConfig
+from store.message_store import MessageStore
+from store.native import native
+from tests.support.store_helpers import batch, message, read_all
+
+
+def _fill(root: Path) -> MessageStore:
+    clock = itertools.count(1_700_000_000_000)
+    config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=64 * 1024,
+                         mapped_file_size_consume_queue=20 * 50)
+    store = MessageStore(config, wall_ms=lambda: next(clock))
+    store.open()
+    for round_ in range(40):  # rolls commitlog segments and consume-queue files
+        store.append_message(message(b"single %d" % round_, tags="a"))
+        store.append_batch(batch([b"x" * (round_ * 37 % 1500) for _ in range(round_ % 5 + 1)]))
+        store.append_message(message(b"q1", queue_id=1, key="k"))
+    return store
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()
+            and path.parent.name in {"commitlog", "0", "1"}}
+
+
+def test_python_fallback_writes_the_same_bytes_as_c(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native is not None, "store._native is not built"
+    with_c = _fill(tmp_path / "c")
+    expected = [record.body for record in read_all(with_c, "TopicTest", 0)]
+    with_c.close()
+    for module in (store.commitlog, store.consume_queue, store.message_format):
+        monkeypatch.setattr(module, "_native", None)
+    without_c = _fill(tmp_path / "py")
+    assert [record.body for record in read_all(without_c, "TopicTest", 0)] == expected
+    without_c.close()
+    c_files = _files(tmp_path / "c")
+    assert len(c_files) > 6
+    assert _files(tmp_path / "py") == c_files

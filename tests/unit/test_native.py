@@ -1,0 +1,189 @@
+"""store._native (store/_native.c): its CRC-32 against zlib on every implementation this CPU
+runs, its folding constants recomputed from the polynomial, and its refusals of bad arguments."""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import store.native
+from store.message_format import prepare_batch, write_batch_python
+from tests.support.store_helpers import BORN_HOST, STORE_HOST, batch, message
+
+native = store.native.native
+pytestmark = pytest.mark.skipif(
+    native is None and not os.environ.get("CI"), reason="store._native not built"
+)
+SOURCE = Path(__file__).parents[2] / "store" / "_native.c"
+
+
+def test_the_extension_is_built_in_ci() -> None:
+    # CI must measure and test the C path, never fall back to Python silently.
+    assert native is not None
+
+
+@pytest.fixture(params=["slicing-by-8", "pclmulqdq", "vpclmulqdq"])
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    assert native is not None
+    name: str = request.param
+    if name not in native.supported_crc32_implementations():
+        pytest.skip(f"this CPU cannot run {name}")  # x86-64 without AVX-512 or PCLMULQDQ
+    previous = native.set_crc32_implementation(name)
+    yield name
+    native.set_crc32_implementation(previous)
+
+
+def test_ci_cpu_runs_every_implementation() -> None:
+    # The CI machines (x86-64 with AVX-512) run all three, so none goes untested there.
+    assert native is not None
+    if os.environ.get("CI"):
+        assert native.supported_crc32_implementations() == (
+            "slicing-by-8", "pclmulqdq", "vpclmulqdq")
+
+
+LENGTHS = [*range(0, 600), 1000, 1023, 1024, 1025, 1117, 4095, 4096, 65537, 300_001]
+
+
+def test_crc32_equals_zlib_at_every_length_and_alignment(implementation: str) -> None:
+    assert native is not None
+    data = os.urandom(300_100)
+    for length in LENGTHS:
+        for align in (0, 1, 7):
+            chunk = memoryview(data)[align : align + length]
+            assert native.crc32(chunk) == zlib.crc32(chunk), (implementation, length, align)
+            assert native.crc32(chunk, 0xDEADBEEF) == zlib.crc32(chunk, 0xDEADBEEF)
+
+
+def test_crc32_continues_across_pieces(implementation: str) -> None:
+    assert native is not None
+    data = os.urandom(5000)
+    for cut in (0, 1, 63, 64, 255, 256, 1000, 4999):
+        assert native.crc32(data[cut:], native.crc32(data[:cut])) == zlib.crc32(data)
+
+
+def test_unknown_implementation_is_refused() -> None:
+    assert native is not None
+    with pytest.raises(ValueError, match="not available"):
+        native.set_crc32_implementation("crc-by-hand")
+
+
+def _folding_constant(distance_bits: int) -> int:
+    """x^distance mod P (P = 0x104C11DB7), bit-reflected over 32 bits and shifted left one."""
+    value = 1
+    for _ in range(distance_bits):
+        value <<= 1
+        if value >> 32 & 1:
+            value ^= 0x104C11DB7
+    return int(f"{value:032b}"[::-1], 2) << 1
+
+
+def test_folding_constants_are_the_polynomial_powers() -> None:
+    source = SOURCE.read_text()
+    defined = {name: int(value, 16) for name, value in
+               re.findall(r"#define (K\w+) (0x[0-9a-fA-F]+)ULL", source)}
+    expected = {"K64": _folding_constant(64)}
+    for distance in (128, 256, 384, 512, 1024, 1536, 2048):
+        expected[f"K{distance}_LO"] = _folding_constant(distance + 32)
+        expected[f"K{distance}_HI"] = _folding_constant(distance - 32)
+    assert defined == expected
+
+
+# ------------------------------------------------------------------ bad arguments
+
+
+def test_write_batch_refuses_sizes_that_do_not_tile_the_template() -> None:
+    assert native is not None
+    encoded = batch([b"a" * 300, b"b" * 300])
+    buf = bytearray(encoded.total_size + 100)
+    sizes = encoded.sizes.copy()
+    sizes[0] += 1
+    with pytest.raises(ValueError, match="sizes add up to"):
+        native.write_batch(buf, 0, encoded.template, sizes, 0, 0, 1, encoded.store_timestamp_at,
+                           True)
+    assert buf == bytearray(len(buf))  # nothing written
+
+
+def test_write_batch_refuses_a_batch_that_does_not_fit() -> None:
+    assert native is not None
+    encoded = batch([b"a" * 300])
+    buf = bytearray(encoded.total_size + 10)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.write_batch(buf, 11, encoded.template, encoded.sizes, 0, 0, 1,
+                           encoded.store_timestamp_at, True)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.write_batch(buf, -1, encoded.template, encoded.sizes, 0, 0, 1,
+                           encoded.store_timestamp_at, True)
+    assert buf == bytearray(len(buf))
+
+
+def test_write_batch_refuses_wrong_arrays_and_layouts() -> None:
+    assert native is not None
+    encoded = batch([b"a" * 300])
+    buf = bytearray(encoded.total_size)
+    at = encoded.store_timestamp_at
+    with pytest.raises(TypeError, match="int32"):
+        native.write_batch(buf, 0, encoded.template, encoded.sizes.astype(np.int64), 0, 0, 1, at,
+                           True)
+    with pytest.raises(TypeError, match="int32"):
+        native.write_batch(buf, 0, encoded.template, encoded.sizes.astype(">i4"), 0, 0, 1, at,
+                           True)
+    with pytest.raises(ValueError, match="store_timestamp_at"):
+        native.write_batch(buf, 0, encoded.template, encoded.sizes, 0, 0, 1, 8, True)
+    with pytest.raises(ValueError, match="at least one record"):
+        native.write_batch(buf, 0, b"", np.zeros(0, np.int32), 0, 0, 1, at, True)
+    with pytest.raises(ValueError, match="below the fixed"):
+        native.write_batch(buf, 0, encoded.template[:60], np.array([60], np.int32), 0, 0, 1, at,
+                           True)
+    with pytest.raises(BufferError):  # read-only
+        native.write_batch(bytes(buf), 0, encoded.template, encoded.sizes, 0, 0, 1, at, True)
+    assert buf == bytearray(len(buf))
+
+
+def test_write_record_refuses_what_does_not_fit() -> None:
+    assert native is not None
+    msg = message(b"x" * 100)
+    buf = bytearray(msg.total_size - 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.write_record(buf, 0, msg.template, 1, 2, 3, msg.store_timestamp_at, True)
+    with pytest.raises(ValueError, match="below the fixed"):
+        native.write_record(bytearray(100), 0, b"x" * 40, 1, 2, 3, msg.store_timestamp_at, True)
+    assert buf == bytearray(len(buf))
+
+
+def test_put_cq_units_refuses_what_does_not_fit() -> None:
+    assert native is not None
+    sizes = np.array([10, 20], np.int32)
+    tags = np.array([1, 2], np.int64)
+    with pytest.raises(ValueError, match="do not fit"):
+        native.put_cq_units(bytearray(39), 0, 0, sizes, tags)
+    with pytest.raises(ValueError, match="tags codes"):
+        native.put_cq_units(bytearray(40), 0, 0, sizes, tags[:1])
+    with pytest.raises(TypeError, match="int64"):
+        native.put_cq_units(bytearray(40), 0, 0, sizes, tags.astype(np.int32))
+
+
+def test_mixed_sizes_and_small_records_match_python(implementation: str) -> None:
+    # Pairs of equal sizes run side by side, odd ones alone, records under 256 bytes in
+    # software: every branch against the reference.
+    assert native is not None
+    bodies = [b"a" * 1024, b"b" * 1024, b"c" * 10, b"d" * 2000, b"e" * 2000, b"f" * 2000, b""]
+    inner = [(0, body, b"") for body in bodies * 12]  # 84 records: more than one C chunk (64)
+    for append_prop_crc in (True, False):
+        encoded = prepare_batch(
+            topic="T", queue_id=1, inner=inner, sys_flag=0, born_timestamp=5,
+            born_host=BORN_HOST, store_host=STORE_HOST, append_prop_crc=append_prop_crc,
+            max_message_size=1 << 20,
+        )
+        got = bytearray(encoded.total_size + 3)
+        want = bytearray(encoded.total_size + 3)
+        native.write_batch(got, 3, encoded.template, encoded.sizes, 77, 1 << 40, 123,
+                           encoded.store_timestamp_at, append_prop_crc)
+        write_batch_python(want, 3, encoded, first_queue_offset=77, phy_offset=1 << 40,
+                           store_timestamp=123)
+        assert got == want, implementation
