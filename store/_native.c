@@ -15,6 +15,7 @@
  * distances, bit-reflected and shifted left one (tests/unit/test_native.py recomputes them).
  */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE /* memmem */
 #include <Python.h>
 
 #include <stdint.h>
@@ -756,9 +757,270 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ SEND_BATCH_MESSAGE bodies */
+
+/* Wire batch entry (remoting-protocol.md section 6.3): TOTALSIZE, MAGICCODE, BODYCRC (all three
+ * ignored, as Java does), FLAG i32, BODYLENGTH i32, BODY, PROPERTIESLENGTH i16, PROPERTIES. */
+#define ENTRY_FIXED_BYTES 22
+#define MAX_PROPERTIES_BYTES 32767
+static const char CRC_KEY[] = "__CRC32#\x01"; /* 9 bytes */
+static const char TAGS_KEY[] = "TAGS\x01";    /* 5 bytes */
+
+typedef struct {
+    int32_t flag;
+    const uint8_t *body;
+    size_t body_len;
+    const uint8_t *props;
+    size_t props_len;
+} batch_entry;
+
+static inline uint32_t
+get_be32(const uint8_t *at)
+{
+    uint32_t v;
+    memcpy(&v, at, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+/* The entry at *pos, advancing it; 0 when malformed (a length negative or past the end). */
+static int
+next_entry(const uint8_t *buf, size_t size, size_t *pos, batch_entry *e)
+{
+    size_t at = *pos;
+    if (size - at < ENTRY_FIXED_BYTES)
+        return 0;
+    e->flag = (int32_t)get_be32(buf + at + 12);
+    int32_t body_len = (int32_t)get_be32(buf + at + 16);
+    size_t body_pos = at + 20;
+    if (body_len < 0 || (size_t)body_len > size - body_pos - 2)
+        return 0;
+    size_t props_pos = body_pos + (size_t)body_len + 2;
+    int16_t props_len = (int16_t)((buf[props_pos - 2] << 8) | buf[props_pos - 1]);
+    if (props_len < 0 || (size_t)props_len > size - props_pos)
+        return 0;
+    e->body = buf + body_pos;
+    e->body_len = (size_t)body_len;
+    e->props = buf + props_pos;
+    e->props_len = (size_t)props_len;
+    *pos = props_pos + (size_t)props_len;
+    return 1;
+}
+
+/* Whether the store keeps these properties as sent and they fit: with the CRC property, the
+ * string must end in 0x02 (or be empty) and hold no `__CRC32#` of the client's. */
+static int
+props_plain(const batch_entry *e, int append_prop_crc)
+{
+    if (!append_prop_crc)
+        return e->props_len <= MAX_PROPERTIES_BYTES;
+    if (e->props_len && e->props[e->props_len - 1] != 2)
+        return 0;
+    if (memmem(e->props, e->props_len, CRC_KEY, 9) != NULL)
+        return 0;
+    return e->props_len + CRC_RESERVED_BYTES <= MAX_PROPERTIES_BYTES;
+}
+
+/* The tagsCode of a properties string: Java's String.hashCode of the last non-empty TAGS value
+ * found at a segment start, 0 without one. Returns 0 (no result) for a non-ASCII value: its
+ * UTF-16 hash is left to Python. */
+static int
+tags_code_ascii(const uint8_t *props, size_t n, int64_t *code)
+{
+    const uint8_t *value = NULL;
+    size_t value_len = 0;
+    size_t s = 0;
+    while (s < n) {
+        const uint8_t *end = memchr(props + s, 2, n - s);
+        size_t stop = end ? (size_t)(end - props) : n;
+        if (stop - s > 5 && memcmp(props + s, TAGS_KEY, 5) == 0) {
+            value = props + s + 5;
+            value_len = stop - s - 5;
+        }
+        s = stop + 1;
+    }
+    uint32_t h = 0;
+    for (size_t i = 0; i < value_len; i++) {
+        if (value[i] >= 0x80)
+            return 0;
+        h = 31 * h + value[i];
+    }
+    *code = (int32_t)h;
+    return 1;
+}
+
+PyDoc_STRVAR(batch_body_is_plain_doc,
+"batch_body_is_plain(body, append_prop_crc, /) -> bool\n\n"
+"Whether a SEND_BATCH_MESSAGE body is well formed, holds at least one message, and every\n"
+"properties string is stored as sent and within its limit: the case encode_batch takes.\n"
+"False sends the caller to the Python path, which names what is wrong.");
+
+static PyObject *
+native_batch_body_is_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "batch_body_is_plain takes body and append_prop_crc");
+        return NULL;
+    }
+    int append_prop_crc = PyObject_IsTrue(args[1]);
+    if (append_prop_crc < 0)
+        return NULL;
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[0], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *buf = body.buf;
+    size_t size = (size_t)body.len, pos = 0;
+    int plain = size > 0;
+    batch_entry e;
+    while (plain && pos < size)
+        plain = next_entry(buf, size, &pos, &e) && props_plain(&e, append_prop_crc);
+    PyBuffer_Release(&body);
+    return PyBool_FromLong(plain);
+}
+
+PyDoc_STRVAR(encode_batch_doc,
+"encode_batch(body, magic_code, queue_id, middle, topic_part, append_prop_crc, /)\n"
+"    -> (template, sizes, tags_codes, bounds) | None\n\n"
+"prepare_batch's records for a plain SEND_BATCH_MESSAGE body (see batch_body_is_plain), in\n"
+"one pass: `middle` is every record's QUEUEOFFSET .. PREPARED_TRANSACTION_OFFSET (offsets and\n"
+"store timestamp zero), `topic_part` its TOPICLENGTH and TOPIC. Returns the records back to\n"
+"back, their sizes (native int32 bytes), tags codes (native int64 bytes) and starts (a tuple,\n"
+"ending with the total); None when the body is not plain or a TAGS value is not ASCII.");
+
+static PyObject *
+native_encode_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "encode_batch takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long magic_code = PyLong_AsLong(args[1]);
+    long queue_id = PyLong_AsLong(args[2]);
+    int append_prop_crc = PyObject_IsTrue(args[5]);
+    if (PyErr_Occurred() || append_prop_crc < 0)
+        return NULL;
+    if (queue_id < INT32_MIN || queue_id > INT32_MAX || magic_code < INT32_MIN ||
+        magic_code > INT32_MAX)
+        Py_RETURN_NONE; /* Python's path names the bad field */
+    Py_buffer body, middle, topic;
+    if (PyObject_GetBuffer(args[0], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &middle, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &topic, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&middle);
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    PyObject *result = NULL, *template = NULL, *sizes = NULL, *tags = NULL, *bounds = NULL;
+    const uint8_t *buf = body.buf;
+    const size_t size = (size_t)body.len;
+    const size_t reserve = append_prop_crc ? CRC_RESERVED_BYTES : 0;
+    /* TOTALSIZE..FLAG, middle, BODYLENGTH; then TOPIC part and PROPERTIESLENGTH. */
+    const size_t fixed = 20 + (size_t)middle.len + 4 + (size_t)topic.len + 2;
+    /* Pass 1: check every entry and size the output. */
+    size_t pos = 0, total = 0;
+    Py_ssize_t count = 0;
+    batch_entry e;
+    while (pos < size) {
+        if (!next_entry(buf, size, &pos, &e) || !props_plain(&e, append_prop_crc)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        total += fixed + e.body_len + e.props_len + reserve;
+        count++;
+    }
+    if (count == 0 || total > INT32_MAX) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    template = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    sizes = PyBytes_FromStringAndSize(NULL, count * 4);
+    tags = PyBytes_FromStringAndSize(NULL, count * 8);
+    bounds = PyTuple_New(count + 1);
+    if (!template || !sizes || !tags || !bounds)
+        goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(template);
+    int32_t *size_out = (int32_t *)PyBytes_AS_STRING(sizes);
+    int64_t *tags_out = (int64_t *)PyBytes_AS_STRING(tags);
+    /* Pass 2: write the records. */
+    pos = 0;
+    size_t start = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        next_entry(buf, size, &pos, &e);
+        if (!tags_code_ascii(e.props, e.props_len, &tags_out[i])) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        size_t record = fixed + e.body_len + e.props_len + reserve;
+        uint32_t word[5] = {(uint32_t)record, (uint32_t)magic_code,
+                            crc32_of(0, e.body, e.body_len) & CRC_MASK, (uint32_t)queue_id,
+                            (uint32_t)e.flag};
+        for (int w = 0; w < 5; w++) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            word[w] = __builtin_bswap32(word[w]);
+#endif
+            memcpy(out + 4 * w, &word[w], 4);
+        }
+        uint8_t *at = out + 20;
+        memcpy(at, middle.buf, (size_t)middle.len);
+        at += middle.len;
+        uint32_t body_len = (uint32_t)e.body_len;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        body_len = __builtin_bswap32(body_len);
+#endif
+        memcpy(at, &body_len, 4);
+        memcpy(at + 4, e.body, e.body_len);
+        at += 4 + e.body_len;
+        memcpy(at, topic.buf, (size_t)topic.len);
+        at += topic.len;
+        size_t props_len = e.props_len + reserve;
+        at[0] = (uint8_t)(props_len >> 8);
+        at[1] = (uint8_t)props_len;
+        memcpy(at + 2, e.props, e.props_len);
+        at += 2 + e.props_len;
+        if (append_prop_crc) {
+            memcpy(at, CRC_KEY, 9);
+            memset(at + 9, '0', 10);
+            at[19] = 2;
+        }
+        size_out[i] = (int32_t)record;
+        PyObject *offset = PyLong_FromSize_t(start);
+        if (offset == NULL)
+            goto done;
+        PyTuple_SET_ITEM(bounds, i, offset);
+        start += record;
+        out += record;
+    }
+    PyObject *end = PyLong_FromSize_t(start);
+    if (end == NULL)
+        goto done;
+    PyTuple_SET_ITEM(bounds, count, end);
+    result = PyTuple_Pack(4, template, sizes, tags, bounds);
+done:
+    Py_XDECREF(template);
+    Py_XDECREF(sizes);
+    Py_XDECREF(tags);
+    Py_XDECREF(bounds);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&middle);
+    PyBuffer_Release(&body);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
+    {"batch_body_is_plain", (PyCFunction)(void (*)(void))native_batch_body_is_plain,
+     METH_FASTCALL, batch_body_is_plain_doc},
+    {"encode_batch", (PyCFunction)(void (*)(void))native_encode_batch, METH_FASTCALL,
+     encode_batch_doc},
     {"put_cq_units", (PyCFunction)(void (*)(void))native_put_cq_units, METH_FASTCALL,
      put_cq_units_doc},
     {"set_crc32_implementation", native_set_crc32_implementation, METH_O,

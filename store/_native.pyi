@@ -38,3 +38,13 @@ def put_cq_units(
     tags_codes: npt.NDArray[np.int64],
     /,
 ) -> int: ...
+def batch_body_is_plain(body: Buffer, append_prop_crc: bool, /) -> bool: ...
+def encode_batch(
+    body: Buffer,
+    magic_code: int,
+    queue_id: int,
+    middle: Buffer,
+    topic_part: Buffer,
+    append_prop_crc: bool,
+    /,
+) -> tuple[bytes, bytes, bytes, tuple[int, ...]] | None: ...

@@ -30,7 +30,7 @@ import functools
 import ipaddress
 import mmap
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias
 
@@ -322,6 +322,12 @@ def offset_msg_id(store_host: HostPort, phy_offset: int) -> str:
     32 chars for an IPv4 store host, 56 for IPv6.
     """
     return (store_host.packed + _I64.pack(phy_offset)).hex().upper()
+
+
+def offset_msg_ids(store_host: HostPort, phy_offsets: Iterable[int]) -> str:
+    """A batch's msgId: the offsetMsgId of each record (offsets >= 0), comma-separated."""
+    prefix = store_host.packed.hex().upper()
+    return ",".join([f"{prefix}{offset:016X}" for offset in phy_offsets])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1006,7 +1012,6 @@ class EncodedBatch:
     sizes: npt.NDArray[np.int32]
     tags_codes: npt.NDArray[np.int64]
     sys_flag: int
-    properties: tuple[bytes, ...]  # per record, as stored, without the CRC reservation
     append_prop_crc: bool
     bounds: tuple[int, ...] = field(repr=False)
     template: bytes = field(repr=False)
@@ -1063,7 +1068,6 @@ def prepare_batch(
         ) from err
     crc_placeholder = _CRC_PROPERTY_PLACEHOLDER if append_prop_crc else b""
     parts: list[bytes] = []
-    stored: list[bytes] = []
     tags: list[int] = []
     bounds = [0]
     offset = 0
@@ -1089,7 +1093,6 @@ def prepare_batch(
             properties,
             crc_placeholder,
         )
-        stored.append(properties)
         tags.append(_tags_code_of_properties(properties))
         offset += size
         bounds.append(offset)
@@ -1104,11 +1107,64 @@ def prepare_batch(
         sizes=sizes,
         tags_codes=tags_codes,
         sys_flag=sys_flag,
-        properties=tuple(stored),
         append_prop_crc=append_prop_crc,
         bounds=tuple(bounds),
         template=b"".join(parts),
         store_timestamp_at=_STORE_TIMESTAMP_AT + len(mid),
+    )
+
+
+def prepare_batch_body(
+    *,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostPort,
+    store_host: HostPort,
+    reconsume_times: int = 0,
+    append_prop_crc: bool = True,
+    max_message_size: int,
+) -> EncodedBatch:
+    """`prepare_batch` of a SEND_BATCH_MESSAGE body as received: the same batch, the same
+    refusals. The common body (well formed, properties stored as sent, ASCII tags) is encoded
+    in C in one pass (`_native.encode_batch`); anything else goes through `decode_batch_body`
+    and `prepare_batch`, which name what is wrong."""
+    if _native is not None and len(body) <= max_message_size:
+        magic_code, topic_part = _encoded_topic(topic, True)
+        layout = _layout_of(born_host, store_host)
+        stored_sys_flag = _layout_sys_flag(sys_flag, layout)
+        try:  # QUEUEOFFSET .. PREPARED_TRANSACTION_OFFSET, as prepare_batch's header.pack
+            middle = b"".join((
+                bytes(16), _MID.pack(stored_sys_flag, born_timestamp), born_host.packed, bytes(8),
+                store_host.packed, _I32.pack(reconsume_times), bytes(8),
+            ))
+        except struct.error:
+            pass  # out-of-range field: prepare_batch names it
+        else:
+            encoded = _native.encode_batch(
+                body, magic_code, queue_id, middle, topic_part, append_prop_crc)
+            if encoded is not None:
+                template, sizes, tags_codes, bounds = encoded
+                return EncodedBatch(
+                    topic=topic,
+                    queue_id=queue_id,
+                    count=len(bounds) - 1,
+                    total_size=bounds[-1],
+                    sizes=np.frombuffer(sizes, dtype=np.int32),
+                    tags_codes=np.frombuffer(tags_codes, dtype=np.int64),
+                    sys_flag=stored_sys_flag,
+                    append_prop_crc=append_prop_crc,
+                    bounds=bounds,
+                    template=template,
+                    store_timestamp_at=_STORE_TIMESTAMP_AT + 12 + len(born_host.packed),
+                )
+    return prepare_batch(
+        topic=topic, queue_id=queue_id, inner=decode_batch_body(body), sys_flag=sys_flag,
+        born_timestamp=born_timestamp, born_host=born_host, store_host=store_host,
+        reconsume_times=reconsume_times, append_prop_crc=append_prop_crc,
+        max_message_size=max_message_size,
     )
 
 

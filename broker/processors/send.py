@@ -71,11 +71,13 @@ from store.message_format import (
     decode_record,
     encode_properties,
     offset_msg_id,
+    offset_msg_ids,
     parse_properties,
-    prepare_batch,
+    prepare_batch_body,
     prepare_message,
 )
 from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
+from store.native import native
 
 log = logging.getLogger(__name__)
 
@@ -415,22 +417,9 @@ class SendProcessor:
                 f"topic {topic}: batch body_size={len(request.body)} exceeds max_message_size="
                 f"{self._config.max_message_size}",
             )
-        try:
-            inner = decode_batch_body(request.body)
-        except MessageIllegalError as err:
-            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, str(err))
-        if not inner:
-            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
-                                f"topic {topic}: batch has no messages")
-        for index, (_, _, raw_properties) in enumerate(inner):
-            illegal = message_limits_error(
-                topic, body_bytes=0, properties=raw_properties,
-                max_message_size=self._config.max_message_size,
-                append_prop_crc=self._config.enabled_append_prop_crc,
-            )
-            if illegal is not None:
-                return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
-                                    f"batch message {index}: {illegal}")
+        illegal = self._batch_body_error(topic, request.body)
+        if illegal is not None:
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
         found = await self._topic_config(request, header)
         if isinstance(found, RemotingCommand):
             return found
@@ -441,8 +430,8 @@ class SendProcessor:
         if found.topic_filter_type is TopicFilterType.MULTI_TAG:
             sys_flag |= SysFlag.MULTI_TAGS_FLAG
         try:
-            batch = prepare_batch(
-                topic=topic, queue_id=queue_id, inner=inner, sys_flag=sys_flag,
+            batch = prepare_batch_body(
+                topic=topic, queue_id=queue_id, body=request.body, sys_flag=sys_flag,
                 born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
                 store_host=self.store_host, reconsume_times=header.reconsume_times or 0,
                 append_prop_crc=self._config.enabled_append_prop_crc,
@@ -454,13 +443,33 @@ class SendProcessor:
         self._after_append(topic, queue_id, result.append, None,
                            message_type_of(batch_properties))
         phy = result.append.phy_offset
-        msg_id = ",".join(offset_msg_id(self.store_host, phy + start)
-                          for start in batch.bounds[:-1])
+        msg_id = offset_msg_ids(self.store_host, [phy + start for start in batch.bounds[:-1]])
         return self._stored(
             request, self._put_code(result), msg_id=msg_id, queue_id=queue_id,
             queue_offset=result.append.queue_offset,
             transaction_id=batch_properties.get(PROPERTY_UNIQ_KEY),
         )
+
+    def _batch_body_error(self, topic: str, body: bytes) -> str | None:
+        """Why a SEND_BATCH_MESSAGE body is refused before its topic is looked up (or created),
+        None if it is not. The common body is checked in C in one walk."""
+        append_prop_crc = self._config.enabled_append_prop_crc
+        if native is not None and native.batch_body_is_plain(body, append_prop_crc):
+            return None
+        try:
+            inner = decode_batch_body(body)
+        except MessageIllegalError as err:
+            return str(err)
+        if not inner:
+            return f"topic {topic}: batch has no messages"
+        for index, (_, _, raw_properties) in enumerate(inner):
+            illegal = message_limits_error(
+                topic, body_bytes=0, properties=raw_properties,
+                max_message_size=self._config.max_message_size, append_prop_crc=append_prop_crc,
+            )
+            if illegal is not None:
+                return f"batch message {index}: {illegal}"
+        return None
 
     def _after_append(self, topic: str, queue_id: int, append: AppendResult,
                       tags_code: int | None, message_type: str) -> None:

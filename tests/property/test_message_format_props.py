@@ -19,6 +19,7 @@ from store.message_format import (
     PROPERTY_CRC_NAME,
     RECORD_SPEC,
     CheckStatus,
+    EncodedBatch,
     HostPort,
     MessageRecord,
     check_record,
@@ -29,8 +30,11 @@ from store.message_format import (
     java_string_hash,
     make_record,
     normalize_properties,
+    offset_msg_id,
+    offset_msg_ids,
     parse_properties,
     prepare_batch,
+    prepare_batch_body,
     prepare_message,
     tags_code,
     write_batch,
@@ -302,7 +306,6 @@ def test_write_batch_equals_the_single_records_back_to_back(
             msg.total_size,
         )
         assert batch.tags_codes[index] == msg.tags_code
-        assert batch.properties[index] == msg.properties
         expected.append(record)
         offset += len(record)
     assert got == b"".join(expected)
@@ -564,3 +567,99 @@ def test_put_cq_units_in_c_equals_numpy(sizes: list[int], tags_codes: list[int],
     assert buf[:3] == b"\xee" * 3
     assert bytes(buf[3 : 3 + len(sizes) * 20]) == expected.tobytes()
     assert buf[3 + len(sizes) * 20 :] == b"\xee" * 4
+
+
+def _batch_body(inner: list[tuple[int, bytes, bytes]]) -> bytes:
+    return b"".join(
+        BATCH_ENTRY_SPEC.build({"total_size": 22 + len(b) + len(p), "magic_code": 0,
+                                "body_crc": 0, "flag": f, "body": b, "properties": p})
+        for f, b, p in inner
+    )
+
+
+def _outcome(prepare: Any, **kwargs: Any) -> tuple[Any, ...]:
+    try:
+        batch = prepare(**kwargs)
+    except MessageIllegalError as err:
+        return ("refused", str(err))
+    return (batch.topic, batch.queue_id, batch.count, batch.total_size, batch.sizes.tolist(),
+            batch.tags_codes.tolist(), batch.sys_flag, batch.append_prop_crc, batch.bounds,
+            batch.template, batch.store_timestamp_at)
+
+
+ascii_tags = st.text(string.ascii_letters + string.digits + "|| *", min_size=1, max_size=20)
+batch_properties = st.one_of(
+    properties,
+    st.dictionaries(st.sampled_from(["TAGS", "KEYS", "a"]), ascii_tags, max_size=3)
+    .map(encode_properties),
+)
+
+
+@given(
+    inner=st.lists(st.tuples(i32, st.one_of(bodies, st.sampled_from([b"z" * 1024])),
+                             batch_properties), max_size=6),
+    damage=st.one_of(st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                     st.integers(0, 10**6)),
+    queue_id=st.one_of(i32, st.sampled_from([2**31, -(2**31) - 1])),
+    sys_flag=i32,
+    born_timestamp=i64,
+    born_host=hosts,
+    store_host=hosts,
+    reconsume_times=st.one_of(i32, st.just(2**31)),
+    append_prop_crc=st.booleans(),
+    max_message_size=st.sampled_from([MAX_MESSAGE_SIZE, 3000]),
+)
+def test_prepare_batch_body_equals_decode_then_prepare(
+    inner: list[tuple[int, bytes, bytes]],
+    damage: tuple[int, int] | int | None,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostPort,
+    store_host: HostPort,
+    reconsume_times: int,
+    append_prop_crc: bool,
+    max_message_size: int,
+) -> None:
+    """The C path of a batch body takes the common case and leaves the rest (malformed bodies,
+    properties to normalise, non-ASCII tags, out-of-range fields) to Python: either way the
+    same batch, or the same refusal."""
+    body = _batch_body(inner)
+    if isinstance(damage, tuple) and body:
+        at, byte = damage
+        body = body[: at % len(body)] + bytes([byte]) + body[at % len(body) + 1 :]
+    elif isinstance(damage, int):
+        body = body[: damage % (len(body) + 1)]  # truncated
+    common: dict[str, Any] = {
+        "topic": "TopicTest", "queue_id": queue_id, "sys_flag": sys_flag,
+        "born_timestamp": born_timestamp, "born_host": born_host, "store_host": store_host,
+        "reconsume_times": reconsume_times, "append_prop_crc": append_prop_crc,
+        "max_message_size": max_message_size,
+    }
+
+    def reference(**kwargs: Any) -> EncodedBatch:
+        return prepare_batch(inner=decode_batch_body(kwargs.pop("body")), **kwargs)
+
+    assert _outcome(prepare_batch_body, body=body, **common) == _outcome(
+        reference, body=body, **common)
+
+
+@given(inner=st.lists(st.tuples(i32, bodies, batch_properties), min_size=1, max_size=6),
+       append_prop_crc=st.booleans())
+def test_batch_body_is_plain_only_for_what_encode_batch_takes(
+    inner: list[tuple[int, bytes, bytes]], append_prop_crc: bool
+) -> None:
+    assert native is not None, "store._native is not built"
+    body = _batch_body(inner)
+    stored_as_sent = all(
+        not append_prop_crc or ((not p or p[-1] == 2) and b"__CRC32#\x01" not in p)
+        for _, _, p in inner
+    )
+    assert native.batch_body_is_plain(body, append_prop_crc) == stored_as_sent
+    assert native.batch_body_is_plain(body[:-1], append_prop_crc) is False  # truncated
+
+
+@given(store_host=hosts, offsets=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5))
+def test_offset_msg_ids_joins_offset_msg_id(store_host: HostPort, offsets: list[int]) -> None:
+    assert offset_msg_ids(store_host, offsets) == ",".join(
+        offset_msg_id(store_host, offset) for offset in offsets)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,14 @@ import numpy as np
 import pytest
 
 import store.native
-from store.message_format import prepare_batch, write_batch_python
+from store.message_format import (
+    MAGIC_CODE_V1,
+    encode_properties,
+    java_string_hash,
+    prepare_batch,
+    prepare_batch_body,
+    write_batch_python,
+)
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, batch, message
 
 native = store.native.native
@@ -187,3 +195,58 @@ def test_mixed_sizes_and_small_records_match_python(implementation: str) -> None
         write_batch_python(want, 3, encoded, first_queue_offset=77, phy_offset=1 << 40,
                            store_timestamp=123)
         assert got == want, implementation
+
+
+# ------------------------------------------------------------------ batch bodies
+
+
+def _entry(body: bytes, properties: bytes, flag: int = 0) -> bytes:
+    return (struct.pack(">iiiii", 22 + len(body) + len(properties), 0, 0, flag, len(body)) + body
+            + struct.pack(">h", len(properties)) + properties)
+
+
+def _encode(body: bytes, append_prop_crc: bool = True) -> object:
+    assert native is not None
+    return native.encode_batch(body, MAGIC_CODE_V1, 3, bytes(52), b"\x01T", append_prop_crc)
+
+
+def test_encode_batch_takes_the_common_body_and_matches_prepare_batch() -> None:
+    inner = [(7, b"x" * 1024, encode_properties({"TAGS": "TagA", "KEYS": "k1"})),
+             (8, b"", b""), (9, b"y" * 10, encode_properties({"a": "b"}))]
+    body = b"".join(_entry(b, p, f) for f, b, p in inner)
+    assert native is not None
+    assert native.batch_body_is_plain(body, True)
+    assert _encode(body) is not None
+    kwargs: dict[str, object] = {
+        "topic": "T", "queue_id": 3, "sys_flag": 0, "born_timestamp": 5,
+        "born_host": BORN_HOST, "store_host": STORE_HOST, "max_message_size": 1 << 20}
+    fast = prepare_batch_body(body=body, **kwargs)  # type: ignore[arg-type]
+    slow = prepare_batch(inner=inner, **kwargs)  # type: ignore[arg-type]
+    assert fast.template == slow.template
+    assert fast.bounds == slow.bounds
+    assert fast.sizes.tolist() == slow.sizes.tolist()
+    assert fast.tags_codes.tolist() == [java_string_hash("TagA"), 0, 0]
+    assert not fast.sizes.flags.writeable
+    assert not fast.tags_codes.flags.writeable
+
+
+@pytest.mark.parametrize(
+    ("properties", "append_prop_crc"),
+    [
+        (encode_properties({"TAGS": "\u00e9t\u00e9"}), True),  # non-ASCII tags: Python's hash
+        (encode_properties({"__CRC32#": "123"}), True),  # the client's CRC: normalised
+        (b"TAGS\x01a", True),  # unterminated: normalised
+        (b"a\x01" + b"b" * 32750 + b"\x02", True),  # over 32767 with the CRC reservation
+    ],
+)
+def test_encode_batch_leaves_the_rest_to_python(properties: bytes, append_prop_crc: bool) -> None:
+    body = _entry(b"x", properties)
+    assert _encode(body, append_prop_crc) is None
+
+
+@pytest.mark.parametrize("body", [b"", b"\x00" * 21, _entry(b"x", b"")[:-1],
+                                  _entry(b"x", b"") + b"\x00"])
+def test_encode_batch_returns_none_for_malformed_bodies(body: bytes) -> None:
+    assert native is not None
+    assert _encode(body) is None
+    assert not native.batch_body_is_plain(body, True)
