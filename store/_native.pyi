@@ -48,3 +48,6 @@ def encode_batch(
     append_prop_crc: bool,
     /,
 ) -> tuple[bytes, bytes, bytes, tuple[int, ...]] | None: ...
+def crc32_ranges(
+    buf: Buffer, starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64], /
+) -> bytes: ...

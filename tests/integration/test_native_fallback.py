@@ -1,4 +1,5 @@
-"""The store without its C extension writes the very same files as with it."""
+"""The store without its C extension writes the very same files as with it, and recovers
+what it wrote."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 import store.commitlog
 import store.consume_queue
 import store.message_format
+import store.recovery
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from store.native import native
-from tests.support.store_helpers import batch, message, read_all
+from tests.support.store_helpers import batch, crash_image, message, read_all
 
 
 def _fill(root: Path) -> MessageStore:
@@ -40,9 +42,18 @@ def test_python_fallback_writes_the_same_bytes_as_c(tmp_path: Path,
     assert native is not None, "store._native is not built"
     with_c = _fill(tmp_path / "c")
     expected = [record.body for record in read_all(with_c, "TopicTest", 0)]
+    crashed = crash_image(tmp_path / "c", tmp_path / "crashed")  # as a SIGKILL leaves it
     with_c.close()
-    for module in (store.commitlog, store.consume_queue, store.message_format):
+    for module in (store.commitlog, store.consume_queue, store.message_format, store.recovery):
         monkeypatch.setattr(module, "_native", None)
+    recovered = MessageStore(StoreConfig(store_path_root_dir=crashed,
+                                         mapped_file_size_commit_log=64 * 1024,
+                                         mapped_file_size_consume_queue=20 * 50))
+    recovered.open()  # abnormal recovery: every record checked, its CRCs in Python
+    assert recovered.recovery is not None
+    assert recovered.recovery.abnormal
+    assert [record.body for record in read_all(recovered, "TopicTest", 0)] == expected
+    recovered.close()
     without_c = _fill(tmp_path / "py")
     assert [record.body for record in read_all(without_c, "TopicTest", 0)] == expected
     without_c.close()
