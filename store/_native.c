@@ -32,6 +32,7 @@
 /* The `__CRC32#` property reservation at the end of PROPERTIES: name, 0x01, 10 digits, 0x02. */
 #define CRC_RESERVED_BYTES 20
 #define CRC_MASK 0x7FFFFFFFu
+static const char CRC_KEY[] = "__CRC32#\x01"; /* the property's name and 0x01: 9 bytes */
 
 /* ------------------------------------------------------------------ CRC-32, slicing-by-8 */
 
@@ -309,6 +310,17 @@ put_be64(uint8_t *at, int64_t value)
     v = __builtin_bswap64(v);
 #endif
     memcpy(at, &v, 8);
+}
+
+static inline uint32_t
+get_be32(const uint8_t *at)
+{
+    uint32_t v;
+    memcpy(&v, at, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
 }
 
 /* RocketMQ writes the masked CRC as ten decimal digits, least significant first. */
@@ -815,13 +827,136 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ checking stored records */
+
+#define MAGIC_CODE_V1 ((int32_t)0xDAA320A7)
+#define V4_FIXED_BYTES 88 /* the header with IPv4 born and store hosts, BODYLENGTH included */
+
+static inline int64_t
+get_be64(const uint8_t *at)
+{
+    uint64_t v;
+    memcpy(&v, at, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return (int64_t)v;
+}
+
+/* recovery._surely_valid for one record: 1 only if check_record would certainly say VALID with
+ * this size (the common layout: V1, IPv4 hosts, an ASCII topic; every check passed). 0 means
+ * "ask check_record", not "invalid". */
+static int
+record_surely_valid(const uint8_t *buf, Py_ssize_t buf_len, int64_t pos, int64_t size,
+                    int64_t phy_offset, int verify_prop_crc)
+{
+    if (pos < 0 || size < V4_FIXED_BYTES + 3 || size > buf_len - pos)
+        return 0;
+    const uint8_t *r = buf + pos;
+    if ((int32_t)get_be32(r) != size || (int32_t)get_be32(r + 4) != MAGIC_CODE_V1 ||
+        (r[39] & 0x30) != 0 || get_be64(r + 28) != phy_offset)
+        return 0;
+    int32_t body_length = (int32_t)get_be32(r + 84);
+    if (body_length < 0 || V4_FIXED_BYTES + (int64_t)body_length > size - 3)
+        return 0;
+    int64_t topic_length_at = V4_FIXED_BYTES + body_length;
+    int8_t topic_length = (int8_t)r[topic_length_at];
+    int64_t topic_end = topic_length_at + 1 + topic_length;
+    if (topic_length < 0 || topic_end > size - 2)
+        return 0;
+    int16_t properties_length = (int16_t)((r[topic_end] << 8) | r[topic_end + 1]);
+    if (properties_length < 0 || topic_end + 2 + properties_length != size)
+        return 0;
+    for (int64_t i = topic_length_at + 1; i < topic_end; i++)
+        if (r[i] >= 0x80) /* UTF-8 beyond ASCII: check_record decodes it */
+            return 0;
+    uint32_t body_crc = crc32_of(0, r + V4_FIXED_BYTES, (size_t)body_length) & CRC_MASK;
+    if (body_crc != get_be32(r + 8))
+        return 0;
+    if (verify_prop_crc) {
+        if (properties_length < CRC_RESERVED_BYTES)
+            return 0;
+        const uint8_t *reserved = r + size - CRC_RESERVED_BYTES;
+        if (memcmp(reserved, CRC_KEY, 9) != 0 || reserved[19] != 2)
+            return 0;
+        /* The property must start a segment: a 0x02 before it unless it is the only one. */
+        if (properties_length > CRC_RESERVED_BYTES && reserved[-1] != 2)
+            return 0;
+        uint64_t stored = 0;
+        for (int i = 9; i >= 0; i--) { /* least significant digit first */
+            uint8_t digit = reserved[9 + i];
+            if (digit < '0' || digit > '9')
+                return 0;
+            stored = stored * 10 + (uint64_t)(digit - '0');
+        }
+        uint32_t crc = crc32_of(0, r, (size_t)(size - CRC_RESERVED_BYTES)) & CRC_MASK;
+        if (crc != stored)
+            return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(records_surely_valid_doc,
+"records_surely_valid(buf, positions, sizes, file_from_offset, verify_prop_crc, /) -> bytes\n\n"
+"One byte per record (int64 arrays of positions in buf and sizes): 1 only if check_record\n"
+"would certainly find the record VALID with that size and PHYSICALOFFSET file_from_offset +\n"
+"position (the common layout, every check passed, both CRCs included); 0 means ask\n"
+"check_record. Recovery's _surely_valid, for the records a pull serves.");
+
+static PyObject *
+native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "records_surely_valid takes 5 arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    long long file_from_offset = PyLong_AsLongLong(args[3]);
+    int verify_prop_crc = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || verify_prop_crc < 0)
+        return NULL;
+    Py_buffer buf, positions, sizes;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &positions, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&positions);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!is_native_int(&positions, 8, "positions") || !is_native_int(&sizes, 8, "sizes"))
+        goto done;
+    Py_ssize_t count = positions.len / 8;
+    if (sizes.len / 8 != count) {
+        PyErr_Format(PyExc_ValueError, "%zd positions but %zd sizes", count, sizes.len / 8);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, count);
+    if (result == NULL)
+        goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    const int64_t *pos = positions.buf, *size = sizes.buf;
+    for (Py_ssize_t i = 0; i < count; i++)
+        out[i] = (uint8_t)record_surely_valid(buf.buf, buf.len, pos[i], size[i],
+                                              file_from_offset + pos[i], verify_prop_crc);
+done:
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&positions);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* ------------------------------------------------------------------ SEND_BATCH_MESSAGE bodies */
 
 /* Wire batch entry (remoting-protocol.md section 6.3): TOTALSIZE, MAGICCODE, BODYCRC (all three
  * ignored, as Java does), FLAG i32, BODYLENGTH i32, BODY, PROPERTIESLENGTH i16, PROPERTIES. */
 #define ENTRY_FIXED_BYTES 22
 #define MAX_PROPERTIES_BYTES 32767
-static const char CRC_KEY[] = "__CRC32#\x01"; /* 9 bytes */
 static const char TAGS_KEY[] = "TAGS\x01";    /* 5 bytes */
 
 typedef struct {
@@ -831,17 +966,6 @@ typedef struct {
     const uint8_t *props;
     size_t props_len;
 } batch_entry;
-
-static inline uint32_t
-get_be32(const uint8_t *at)
-{
-    uint32_t v;
-    memcpy(&v, at, 4);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
 
 /* The entry at *pos, advancing it; 0 when malformed (a length negative or past the end). */
 static int
@@ -1077,6 +1201,8 @@ static PyMethodDef native_methods[] = {
      write_record_doc},
     {"crc32_ranges", (PyCFunction)(void (*)(void))native_crc32_ranges, METH_FASTCALL,
      crc32_ranges_doc},
+    {"records_surely_valid", (PyCFunction)(void (*)(void))native_records_surely_valid,
+     METH_FASTCALL, records_surely_valid_doc},
     {"batch_body_is_plain", (PyCFunction)(void (*)(void))native_batch_body_is_plain,
      METH_FASTCALL, batch_body_is_plain_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))native_encode_batch, METH_FASTCALL,

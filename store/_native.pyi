@@ -51,3 +51,11 @@ def encode_batch(
 def crc32_ranges(
     buf: Buffer, starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64], /
 ) -> bytes: ...
+def records_surely_valid(
+    buf: Buffer,
+    positions: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    file_from_offset: int,
+    verify_prop_crc: bool,
+    /,
+) -> bytes: ...

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Final
+
+import numpy as np
 
 from store import testhooks
 from store.config import StoreConfig
@@ -242,6 +245,30 @@ class CommitLog:
                 f"{check.reason or f'size field {check.size}'}"
             )
         return mapped.read(pos, size)
+
+    def read_records(self, phy_offsets: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
+        """`read_record` of each (offset, size), in order: the common records of one file are
+        checked in one C call where built; any other, and any the C check is unsure of, go
+        through `read_record`, which raises on damage."""
+        if _native is None or not phy_offsets:
+            return [self.read_record(phy, size) for phy, size in zip(phy_offsets, sizes,
+                                                                      strict=True)]
+        mapped = self.files.find(phy_offsets[0])
+        if mapped is None or phy_offsets[-1] + sizes[-1] > mapped.max_offset:
+            # Spans files, or not all written: the per-record path sorts it out.
+            return [self.read_record(phy, size) for phy, size in zip(phy_offsets, sizes,
+                                                                      strict=True)]
+        base = mapped.file_from_offset
+        positions = np.array(phy_offsets, dtype=np.int64) - base
+        surely = _native.records_surely_valid(
+            mapped.buf, positions, np.array(sizes, dtype=np.int64), base,
+            self.config.force_verify_prop_crc,
+        )
+        buf = mapped.buf
+        return [
+            buf[phy - base : phy - base + size] if ok else self.read_record(phy, size)
+            for phy, size, ok in zip(phy_offsets, sizes, surely, strict=True)
+        ]
 
     # ---------------------------------------------------------------- durability
 

@@ -512,13 +512,14 @@ class MessageStore:
             return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high, [], [])
         if offset > high:
             return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high, [], [])
-        messages: list[bytes] = []
+        phys: list[int] = []
+        sizes: list[int] = []
         offsets: list[int] = []
         total = 0
         next_offset = offset
         min_phy = self.commitlog.min_phy_offset
-        while next_offset < high and len(messages) < max_count:
-            units = queue.units(next_offset, max_count - len(messages))
+        while next_offset < high and len(phys) < max_count:
+            units = queue.units(next_offset, max_count - len(phys))
             if not len(units):
                 break
             for phy, size, tags in units.tolist():
@@ -528,15 +529,17 @@ class MessageStore:
                 if tags_codes is not None and tags not in tags_codes:
                     next_offset += 1
                     continue
-                if messages and total + size > max_bytes:
+                if phys and total + size > max_bytes:
                     break
-                messages.append(self.commitlog.read_record(phy, size))
+                phys.append(phy)
+                sizes.append(size)
                 offsets.append(next_offset)
                 total += size
                 next_offset += 1
             else:
                 continue
             break
+        messages = self.commitlog.read_records(phys, sizes)  # verified: damage raises
         status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, low, high, messages, offsets)
 

@@ -663,3 +663,45 @@ def test_batch_body_is_plain_only_for_what_encode_batch_takes(
 def test_offset_msg_ids_joins_offset_msg_id(store_host: HostPort, offsets: list[int]) -> None:
     assert offset_msg_ids(store_host, offsets) == ",".join(
         offset_msg_id(store_host, offset) for offset in offsets)
+
+
+@given(
+    message=messages(),
+    append_prop_crc=st.booleans(),
+    ascii_topic=st.booleans(),
+    v4_hosts=st.booleans(),
+    damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    size_delta=st.sampled_from([0, 0, 0, -1, 1]),
+    verify_prop_crc=st.booleans(),
+)
+def test_records_surely_valid_only_when_check_record_finds_them_valid(
+    message: dict[str, Any], append_prop_crc: bool, ascii_topic: bool, v4_hosts: bool,
+    damage: list[tuple[int, int]], size_delta: int, verify_prop_crc: bool,
+) -> None:
+    """The C check a pull runs first: "surely valid" implies check_record's VALID with that
+    size; an intact record of the common layout is surely valid."""
+    assert native is not None, "store._native is not built"
+    if ascii_topic:
+        message["topic"] = "TopicTest"
+    if v4_hosts:
+        message["born_host"] = message["store_host"] = HostPort(bytes([127, 0, 0, 1]), 10911)
+    if append_prop_crc:
+        message["properties"] = normalize_properties(message["properties"])
+    record = make_record(**message, magic_code=MAGIC_CODE_V1 if ascii_topic else MAGIC_CODE_V2,
+                         queue_offset=1, phy_offset=5, store_timestamp=2,
+                         append_prop_crc=append_prop_crc)
+    intact = encode_record(record)
+    encoded = bytearray(b"\xee" * 5 + intact + b"\xee")
+    for where, value in damage:
+        encoded[5 + where % len(intact)] = value
+    size = len(intact) + size_delta
+    surely = native.records_surely_valid(
+        encoded, np.array([5], np.int64), np.array([size], np.int64), 0, verify_prop_crc)
+    check = check_record(encoded, 5, limit=5 + size, expected_phy_offset=5, check_body_crc=True,
+                         verify_prop_crc=verify_prop_crc)
+    if surely == b"\x01":
+        assert check.status is CheckStatus.VALID
+        assert check.size == size
+    common = ascii_topic and v4_hosts and (append_prop_crc or not verify_prop_crc)
+    if not damage and size_delta == 0 and common:
+        assert surely == b"\x01"

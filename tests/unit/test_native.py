@@ -22,6 +22,7 @@ from store.message_format import (
     prepare_batch,
     prepare_batch_body,
     write_batch_python,
+    write_record_python,
 )
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, batch, message
 
@@ -271,3 +272,58 @@ def test_crc32_ranges_refuses_ranges_outside_the_buffer(start: int, stop: int) -
     with pytest.raises(ValueError, match="outside"):
         native.crc32_ranges(bytes(5000), np.array([0, start], np.int64),
                             np.array([1, stop], np.int64))
+
+
+def _stored(body: bytes = b"b" * 300) -> bytes:
+    msg = message(body, tags="TagA")
+    buf = bytearray(msg.total_size)
+    write_record_python(buf, 0, msg, queue_offset=3, phy_offset=0, store_timestamp=9)
+    return bytes(buf)
+
+
+def _surely(record: bytes, *, verify_prop_crc: bool = True, size: int | None = None) -> bool:
+    assert native is not None
+    flags = native.records_surely_valid(record, np.array([0], np.int64),
+                                        np.array([size or len(record)], np.int64), 0,
+                                        verify_prop_crc)
+    return flags == b"\x01"
+
+
+@pytest.mark.parametrize(
+    ("what", "at", "value"),
+    [
+        ("TOTALSIZE", 3, 0x00),
+        ("MAGICCODE", 4, 0x00),
+        ("BODYCRC", 8, 0x00),
+        ("SYSFLAG's IPv6 bit", 39, 0x10),
+        ("PHYSICALOFFSET", 35, 0x01),
+        ("a body byte", 88 + 100, 0x00),
+        ("a topic byte (not ASCII)", 88 + 300 + 1, 0xC3),
+        ("PROPERTIESLENGTH", 88 + 300 + 10, 0x7F),
+        ("a CRC digit", -5, ord("x")),
+        ("the CRC property name", -18, ord("X")),
+        ("the final 0x02", -1, 0x00),
+    ],
+)
+def test_records_surely_valid_refuses_each_damage(what: str, at: int, value: int) -> None:
+    record = bytearray(_stored())
+    assert _surely(bytes(record))
+    record[at] = value
+    assert record != _stored(), what
+    assert not _surely(bytes(record)), what
+
+
+def test_records_surely_valid_checks_the_body_crc_without_the_record_crc() -> None:
+    record = bytearray(_stored())
+    record[88 + 5] ^= 0xFF
+    assert not _surely(bytes(record), verify_prop_crc=False)
+    assert _surely(_stored(), verify_prop_crc=False)
+
+
+def test_records_surely_valid_refuses_a_wrong_size_or_range() -> None:
+    record = _stored()
+    assert not _surely(record, size=len(record) - 1)
+    assert not _surely(record + b"\x00", size=len(record) + 1)
+    assert native is not None
+    assert native.records_surely_valid(record, np.array([10], np.int64),
+                                       np.array([len(record)], np.int64), 0, True) == b"\x00"
