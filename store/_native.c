@@ -769,64 +769,6 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(crc32_ranges_doc,
-"crc32_ranges(buf, starts, stops, /) -> bytes\n\n"
-"crc32(buf[start:stop]) for each pair of the int64 arrays, as native uint32s: recovery's\n"
-"checks of every record in one call, without the GIL. Raises ValueError, computing nothing,\n"
-"when a range falls outside buf.");
-
-static PyObject *
-native_crc32_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "crc32_ranges takes buf, starts and stops");
-        return NULL;
-    }
-    Py_buffer buf, starts, stops;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &starts, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &stops, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&starts);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (!is_native_int(&starts, 8, "starts") || !is_native_int(&stops, 8, "stops"))
-        goto done;
-    Py_ssize_t count = starts.len / 8;
-    if (stops.len / 8 != count) {
-        PyErr_Format(PyExc_ValueError, "%zd starts but %zd stops", count, stops.len / 8);
-        goto done;
-    }
-    const int64_t *start = starts.buf, *stop = stops.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (start[i] < 0 || start[i] > stop[i] || stop[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "range %zd [%lld, %lld) outside a %zd-byte buffer", i,
-                         (long long)start[i], (long long)stop[i], buf.len);
-            goto done;
-        }
-    }
-    result = PyBytes_FromStringAndSize(NULL, count * 4);
-    if (result == NULL)
-        goto done;
-    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
-    const uint8_t *data = buf.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++)
-        out[i] = crc32_of(0, data + start[i], (size_t)(stop[i] - start[i]));
-    Py_END_ALLOW_THREADS
-done:
-    PyBuffer_Release(&stops);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&buf);
-    return result;
-}
-
 /* ------------------------------------------------------------------ checking stored records */
 
 #define MAGIC_CODE_V1 ((int32_t)0xDAA320A7)
@@ -901,7 +843,7 @@ PyDoc_STRVAR(records_surely_valid_doc,
 "One byte per record (int64 arrays of positions in buf and sizes): 1 only if check_record\n"
 "would certainly find the record VALID with that size and PHYSICALOFFSET file_from_offset +\n"
 "position (the common layout, every check passed, both CRCs included); 0 means ask\n"
-"check_record. Recovery's _surely_valid, for the records a pull serves.");
+"check_record. Recovery's scan and a pull's reads run it first.");
 
 static PyObject *
 native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -941,9 +883,11 @@ native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t 
         goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     const int64_t *pos = positions.buf, *size = sizes.buf;
+    Py_BEGIN_ALLOW_THREADS /* recovery checks a whole segment in one call */
     for (Py_ssize_t i = 0; i < count; i++)
         out[i] = (uint8_t)record_surely_valid(buf.buf, buf.len, pos[i], size[i],
                                               file_from_offset + pos[i], verify_prop_crc);
+    Py_END_ALLOW_THREADS
 done:
     PyBuffer_Release(&sizes);
     PyBuffer_Release(&positions);
@@ -1199,8 +1143,6 @@ done:
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
-    {"crc32_ranges", (PyCFunction)(void (*)(void))native_crc32_ranges, METH_FASTCALL,
-     crc32_ranges_doc},
     {"records_surely_valid", (PyCFunction)(void (*)(void))native_records_surely_valid,
      METH_FASTCALL, records_surely_valid_doc},
     {"batch_body_is_plain", (PyCFunction)(void (*)(void))native_batch_body_is_plain,

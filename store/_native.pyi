@@ -48,9 +48,6 @@ def encode_batch(
     append_prop_crc: bool,
     /,
 ) -> tuple[bytes, bytes, bytes, tuple[int, ...]] | None: ...
-def crc32_ranges(
-    buf: Buffer, starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64], /
-) -> bytes: ...
 def records_surely_valid(
     buf: Buffer,
     positions: npt.NDArray[np.int64],

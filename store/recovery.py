@@ -307,13 +307,7 @@ def _walk(buf: Buffer, pos: int, file_size: int) -> tuple[list[int], int]:
 
 def _crcs(crc: Callable[[memoryview], int], view: memoryview, starts: npt.NDArray[np.int64],
           stops: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Masked CRC32 of view[start:stop] for each pair: in one C call where built, else a map
-    chain (the loop still in C, a slice and a call per record)."""
-    if _native is not None:
-        found = np.frombuffer(_native.crc32_ranges(view, np.ascontiguousarray(starts, np.int64),
-                                                   np.ascontiguousarray(stops, np.int64)),
-                              dtype=np.uint32)
-        return found.astype(np.int64) & CRC32_MASK
+    """Masked CRC32 of view[start:stop] for each pair; the loop runs in C (map chains)."""
     slices = map(slice, starts.tolist(), stops.tolist())
     values = np.fromiter(map(crc, map(view.__getitem__, slices)), dtype=np.int64,
                          count=len(starts))
@@ -327,7 +321,8 @@ def _surely_valid(
     verify_prop_crc: bool,
 ) -> npt.NDArray[np.bool_]:
     """Per record: True only if `check_record` would certainly say VALID (common layout with
-    every check passed). False means "ask `check_record`", not "invalid"."""
+    every check passed). False means "ask `check_record`", not "invalid". In numpy, for when
+    `store._native` (its `records_surely_valid`) is not built."""
     end = pos + size
     magic = _gather_be(u8, pos + 4, 4)
     host_flags = u8[pos + 39] & 0x30  # SYSFLAG's low byte holds the two IPv6 bits
@@ -411,8 +406,12 @@ def scan_file_fast(
         positions = chain[0].tolist() + positions
         pos = np.array(positions, dtype=np.int64)
         size = _gather_be(u8, pos, 4)
-        ok = _surely_valid(buf, u8, pos, size, file_from_offset=file_from_offset,
-                           check_body_crc=check_body_crc, verify_prop_crc=verify_prop_crc)
+        if _native is not None:  # the same check in one C pass (it also checks body CRCs)
+            ok = np.frombuffer(_native.records_surely_valid(
+                buf, pos, size, file_from_offset, verify_prop_crc), dtype=np.bool_)
+        else:
+            ok = _surely_valid(buf, u8, pos, size, file_from_offset=file_from_offset,
+                               check_body_crc=check_body_crc, verify_prop_crc=verify_prop_crc)
     finally:
         del u8
 

@@ -1,13 +1,19 @@
-"""`scan_file_fast` gives exactly `scan_file`'s answer, on valid and on damaged logs."""
+"""`scan_file_fast` gives exactly `scan_file`'s answer, on valid and on damaged logs, with its
+common-record check in C (`store._native`) and in numpy (the fallback)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import store.native
+import store.recovery
 from store.message_format import (
     HostPort,
     RecordCheck,
@@ -68,6 +74,17 @@ damage = st.one_of(
 )
 
 
+@contextlib.contextmanager
+def common_check_in(language: str) -> Iterator[None]:
+    """Run scan_file_fast's common-record check in "c" or in "numpy"."""
+    assert store.native.native is not None, "store._native is not built"
+    if language == "c":
+        yield
+    else:
+        with mock.patch.object(store.recovery, "_native", None):
+            yield
+
+
 def _apply(buf: bytearray, starts: list[int], hurt: Any) -> None:
     match hurt:
         case ("flip", at, bit):
@@ -89,8 +106,16 @@ def _apply(buf: bytearray, starts: list[int], hurt: Any) -> None:
 
 @settings(max_examples=300)
 @given(log=logs(), hurt=damage, check_body=st.booleans(), verify_prop=st.booleans(),
-       known_every=st.integers(0, 3))
+       known_every=st.integers(0, 3), language=st.sampled_from(["c", "numpy"]))
 def test_fast_scan_equals_exact_scan(
+    log: tuple[bytearray, list[int]], hurt: Any, check_body: bool, verify_prop: bool,
+    known_every: int, language: str,
+) -> None:
+    with common_check_in(language):
+        _fast_scan_equals_exact_scan(log, hurt, check_body, verify_prop, known_every)
+
+
+def _fast_scan_equals_exact_scan(
     log: tuple[bytearray, list[int]], hurt: Any, check_body: bool, verify_prop: bool,
     known_every: int,
 ) -> None:
@@ -156,7 +181,10 @@ def test_fast_scan_equals_exact_scan_for_every_single_bit_flip() -> None:
             for check_body, verify_prop in flags:
                 exact = scan_file(buf, file_from_offset=FILE_FROM, file_size=len(buf),
                                   check_body_crc=check_body, verify_prop_crc=verify_prop)
-                fast = scan_file_fast(buf, file_from_offset=FILE_FROM, file_size=len(buf),
-                                      check_body_crc=check_body, verify_prop_crc=verify_prop)
-                assert fast.scan == exact, (at, bit, check_body, verify_prop)
+                for language in ("c", "numpy"):
+                    with common_check_in(language):
+                        fast = scan_file_fast(buf, file_from_offset=FILE_FROM,
+                                              file_size=len(buf), check_body_crc=check_body,
+                                              verify_prop_crc=verify_prop)
+                    assert fast.scan == exact, (at, bit, check_body, verify_prop, language)
             buf[at] ^= 1 << bit

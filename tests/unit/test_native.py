@@ -257,23 +257,6 @@ def test_encode_batch_returns_none_for_malformed_bodies(body: bytes) -> None:
     assert not native.batch_body_is_plain(body, True)
 
 
-def test_crc32_ranges_equals_zlib_per_range() -> None:
-    assert native is not None
-    data = os.urandom(5000)
-    starts = np.array([0, 10, 300, 4999, 5000, 17], np.int64)
-    stops = np.array([0, 1200, 4000, 5000, 5000, 18], np.int64)
-    found = np.frombuffer(native.crc32_ranges(data, starts, stops), np.uint32).tolist()
-    assert found == [zlib.crc32(data[a:b]) for a, b in zip(starts, stops, strict=True)]
-
-
-@pytest.mark.parametrize(("start", "stop"), [(-1, 4), (5, 4), (0, 5001)])
-def test_crc32_ranges_refuses_ranges_outside_the_buffer(start: int, stop: int) -> None:
-    assert native is not None
-    with pytest.raises(ValueError, match="outside"):
-        native.crc32_ranges(bytes(5000), np.array([0, start], np.int64),
-                            np.array([1, stop], np.int64))
-
-
 def _stored(body: bytes = b"b" * 300) -> bytes:
     msg = message(body, tags="TagA")
     buf = bytearray(msg.total_size)
