@@ -1,12 +1,16 @@
 /*
- * store._native: the commitlog's batch append in C.
+ * store._native: the store's per-record hot loops in C.
  *
- * Why native: a batch append is one template copy plus, per record, three fields and the
- * whole-record CRC (the `__CRC32#` property). In Python that per-record work costs ~0.6 us,
- * ten times the copy itself; here it is a bswap and a carry-less-multiply CRC pass.
- *
- * The pure-Python `message_format.write_batch` stays the reference: tests check both write the
- * same bytes, and the store uses it when this module is not built.
+ * Why native: Python spends about a microsecond per record on work that is a few bswaps and a
+ * CRC pass in C. This module does that work, and only that work, for:
+ * - appends (write_record, write_batch, put_cq_units): copy a pre-encoded record template into
+ *   the commitlog mapping and fill in QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and the
+ *   `__CRC32#` digits; write a batch's consume-queue units;
+ * - SEND_BATCH_MESSAGE bodies (batch_body_is_plain, encode_batch): check and encode in one pass;
+ * - reads and recovery (records_surely_valid): the common-record check, both CRCs included.
+ * Every function has a Python twin in store/ that stays the reference (tests hold both to the
+ * same bytes and answers) and runs when this module is not built. Nothing here decides policy:
+ * whatever is unusual, C answers "not mine" and Python handles it, refusals included.
  *
  * crc32 is zlib's CRC-32 (reflected polynomial 0xEDB88320, pre- and post-inverted), by carry-less
  * multiplication folding (Gopal et al., "Fast CRC Computation for Generic Polynomials Using
@@ -358,8 +362,8 @@ is_native_int(const Py_buffer *view, Py_ssize_t itemsize, const char *what)
 #define SCRATCH_BYTES 256
 
 static inline void
-patch_scratch(uint8_t *scratch, const uint8_t *record, size_t len, long long queue_offset, long long phy_offset, long long store_timestamp,
-              Py_ssize_t ts_at)
+patch_scratch(uint8_t *scratch, const uint8_t *record, size_t len, long long queue_offset,
+              long long phy_offset, long long store_timestamp, Py_ssize_t ts_at)
 {
     memcpy(scratch, record, len < SCRATCH_BYTES ? len : SCRATCH_BYTES);
     put_be64(scratch + QUEUE_OFFSET_AT, queue_offset);
@@ -1185,7 +1189,7 @@ static PyModuleDef_Slot native_slots[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "store._native",
-    .m_doc = "The commitlog's batch append and CRC-32 in C (see _native.c).",
+    .m_doc = "The store's per-record hot loops in C (see _native.c).",
     .m_size = 0,
     .m_methods = native_methods,
     .m_slots = native_slots,

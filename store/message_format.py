@@ -8,7 +8,9 @@ Two ways in, one layout:
 - cold path: `make_record` / `encode_record` / `decode_record` (tests, tools, the odd lookup), and
   `RECORD_SPEC`, the construct declaration that serves as the readable spec and the test oracle;
 - hot path: `prepare_message` (validate and pre-encode, before the append lock) then `write_record`
-  (inside the lock: offsets, store timestamp, record CRC), and `prepare_batch` / `write_batch`.
+  (inside the lock: offsets, store timestamp, record CRC), and `prepare_batch` (or
+  `prepare_batch_body`, straight from the request body) / `write_batch`. Where `store._native` is
+  built, the per-record loops of these run in C; the Python here is their reference.
 
 Invariants:
 - TOTALSIZE = 74 + born host (8 or 20) + store host (8 or 20) + body + topic-length width (1 for
