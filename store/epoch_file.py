@@ -17,7 +17,8 @@ Invariants:
   `.bak` bad) it raises `EpochFileUnreadableError` instead of starting with an empty cache
   (reliability.md §7.2 g): an empty cache would silently skip the slave's truncation.
 - Writing replaces the main file atomically with `.bak` = the previous content (Java readers
-  fall back to `.bak`, so it must stay the previous version), fault prefix "epoch.write".
+  fall back to `.bak`, so it must stay the previous version), fault prefix "epoch.write". A
+  damaged previous main file is not copied: `.bak` then keeps its own, good, content.
 - An empty list is written as "0\\n0\\n" after removing `.bak` (durably, first): Java never writes
   an empty list (§5.4), and a reader treats an empty main file as "use .bak", so a `.bak` left
   behind would resurrect the entries just truncated away. Removing `.bak` before replacing the
@@ -219,7 +220,8 @@ def read_epoch_file(path: Path) -> EpochFileLoad:
 def write_epoch_file(path: Path, entries: Sequence[EpochEntry]) -> None:
     """Persist `entries` durably (blocking: call it off the event loop).
 
-    Non-empty: `.bak` := the current main content, then the main file := the new content.
+    Non-empty: `.bak` := the current main content if it is readable (else `.bak` is kept), then
+    the main file := the new content.
     Empty: remove `.bak`, then the main file := "0\\n0\\n" (see the module docstring).
     Raises `DiskFullError` / `StoreIOError` naming the file; `ValueError` if `entries` break
     the ordering rules.
@@ -229,4 +231,7 @@ def write_epoch_file(path: Path, entries: Sequence[EpochEntry]) -> None:
         atomic_replace(path, EMPTY_EPOCH_FILE, fault_prefix="epoch.write")
         return
     content = serialize_epoch_entries(entries)
-    atomic_replace(path, content, keep_bak=True, fault_prefix="epoch.write")
+    # A damaged main file (the entries were loaded from `.bak`) must not become the fallback:
+    # then `.bak` stays the good version it is.
+    keep_bak = _read_one(path).entries is not None
+    atomic_replace(path, content, keep_bak=keep_bak, fault_prefix="epoch.write")

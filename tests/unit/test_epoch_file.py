@@ -135,6 +135,20 @@ def test_write_keeps_previous_content_in_bak(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [EPOCH_FILE_NAME, f"{EPOCH_FILE_NAME}.bak"]
 
 
+def test_write_after_a_bak_fallback_keeps_the_good_bak(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    bak = tmp_path / f"{EPOCH_FILE_NAME}.bak"
+    write_epoch_file(path, entries((1, 0)))
+    write_epoch_file(path, entries((1, 0), (2, 100)))
+    path.write_bytes(b"2\n999\n1-0\n2-100\n")  # damaged: wrong CRC
+    loaded = read_epoch_file(path)
+    assert loaded.source is EpochFileSource.BAK
+    write_epoch_file(path, entries((1, 0), (3, 200)))
+    # Not the damaged bytes: a crash before the next rename still finds a good fallback.
+    assert bak.read_bytes() == serialize_epoch_entries(entries((1, 0)))
+    assert read_epoch_file(path).entries == entries((1, 0), (3, 200))
+
+
 def test_writing_an_empty_list_removes_bak_so_truncated_entries_stay_gone(tmp_path: Path) -> None:
     path = tmp_path / EPOCH_FILE_NAME
     write_epoch_file(path, entries((1, 0)))
