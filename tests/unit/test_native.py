@@ -310,3 +310,20 @@ def test_records_surely_valid_refuses_a_wrong_size_or_range() -> None:
     assert native is not None
     assert native.records_surely_valid(record, np.array([10], np.int64),
                                        np.array([len(record)], np.int64), 0, True) == b"\x00"
+
+
+@pytest.mark.parametrize("properties", [b"T", b"TA", b"TAGS", b"TAGS\x01", b"x\x02TAG",
+                                        b"TAGS\x01v", b"\x02\x02TAGS\x01"])
+def test_encode_batch_reads_no_further_than_a_short_last_segment(properties: bytes) -> None:
+    # The properties end the body: a TAGS lookup must not read past them (the sanitizer run,
+    # tests/integration/test_native_sanitizers.py, checks the bytes read).
+    kwargs: dict[str, object] = {
+        "topic": "T", "queue_id": 3, "sys_flag": 0, "born_timestamp": 5,
+        "born_host": BORN_HOST, "store_host": STORE_HOST, "max_message_size": 1 << 20,
+        "append_prop_crc": False}
+    body = _entry(b"x", properties)
+    assert _encode(body, False) is not None
+    fast = prepare_batch_body(body=body, **kwargs)  # type: ignore[arg-type]
+    slow = prepare_batch(inner=[(0, b"x", properties)], **kwargs)  # type: ignore[arg-type]
+    assert fast.template == slow.template
+    assert fast.tags_codes.tolist() == slow.tags_codes.tolist()
