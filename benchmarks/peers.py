@@ -34,7 +34,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import GetRouteInfoRequestHeader
 from tests.interop.network import free_port
-from tests.support.processes import die_with_parent, tail, wait_for_match
+from tests.support.processes import die_with_parent, tail, terminate, wait_for_match
 
 REPO: Final = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S: Final = 30.0
@@ -136,16 +136,8 @@ class Child:
     def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM to the process group (a graceful stop), SIGKILL after timeout_s. Idempotent;
         also stops a child that `paused()` left stopped (SIGCONT after the SIGTERM)."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-                os.killpg(self.popen.pid, signal.SIGCONT)
-            try:
-                self.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(timeout=timeout_s)
+        terminate(self.popen, timeout_s=timeout_s, group=True, name=self.name,
+                  error=BenchmarkSetupError)
 
     def diagnostics(self) -> str:
         return (

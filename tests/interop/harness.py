@@ -21,7 +21,6 @@ import atexit
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import time
 import weakref
@@ -51,7 +50,7 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
-from tests.support.processes import die_with_parent, tail, wait_for_match
+from tests.support.processes import die_with_parent, kill, tail, terminate, wait_for_match
 
 __all__ = [
     "ADMIN_MAIN",
@@ -113,8 +112,6 @@ NAMESRV_START_TIMEOUT_S: Final = 60.0
 BROKER_START_TIMEOUT_S: Final = 90.0
 POLL_INTERVAL_S: Final = 0.05
 OUTPUT_TAIL_LINES: Final = 30
-KILL_WAIT_S: Final = 10.0
-
 
 
 class InteropError(Exception):
@@ -122,8 +119,6 @@ class InteropError(Exception):
 
 
 # --- processes ---------------------------------------------------------------------------------
-
-
 
 
 @dataclass(eq=False)
@@ -180,24 +175,12 @@ class JavaProcess:
 
     def kill(self) -> None:
         """SIGKILL to the JVM's process group, then reap it. Idempotent."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired as err:
-            raise InteropError(f"{self.name} pid={self.pid} survived SIGKILL") from err
+        kill(self.popen, group=True, name=self.name, error=InteropError)
 
     def terminate(self, *, timeout_s: float = 30.0) -> int:
         """SIGTERM (shutdown hooks run: a graceful broker stop), then SIGKILL after timeout_s."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                return self.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.popen.returncode
+        return terminate(self.popen, timeout_s=timeout_s, group=True, name=self.name,
+                         error=InteropError)
 
     def diagnostics(self) -> str:
         """The tails of stdout, stderr and the log file, for failure messages."""

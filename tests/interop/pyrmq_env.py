@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from tests.interop.network import (
     namesrv_cluster_info,
     port_accepts,
 )
-from tests.support.processes import die_with_parent, tail
+from tests.support.processes import die_with_parent, kill, tail, terminate
 
 __all__ = [
     "BROKER_START_TIMEOUT_S",
@@ -50,7 +49,6 @@ REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 NAMESRV_START_TIMEOUT_S: Final = 20.0
 BROKER_START_TIMEOUT_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 15.0
-KILL_WAIT_S: Final = 10.0
 POLL_INTERVAL_S: Final = 0.05
 LOG_TAIL_LINES: Final = 40
 START_ATTEMPTS: Final = 3
@@ -134,24 +132,12 @@ class PyrmqProcess:
 
         Returns the exit status (negative: killed by that signal). Idempotent.
         """
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGTERM)
-            try:
-                return self.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.popen.returncode
+        return terminate(self.popen, timeout_s=timeout_s, group=False, name=self.name,
+                         error=PyrmqError)
 
     def kill(self) -> None:
         """SIGKILL, then reap. Idempotent."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-        try:
-            self.popen.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired as err:
-            raise PyrmqError(f"{self.name} pid={self.pid} survived SIGKILL") from err
+        kill(self.popen, group=False, name=self.name, error=PyrmqError)
 
 
 def wait_until(

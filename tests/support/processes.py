@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 POLL_INTERVAL_S: Final = 0.05
+KILL_WAIT_S: Final = 10.0
 
 _PR_SET_PDEATHSIG: Final = 1
 _LIBC: Final = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
@@ -58,3 +62,37 @@ def wait_for_match(
             raise error(f"{name} did not print {pattern!r} within {timeout_s} s\n"
                         f"{diagnostics()}")
         time.sleep(POLL_INTERVAL_S)
+
+
+def _signal(popen: subprocess.Popen[bytes], signum: int, *, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if group:
+            os.killpg(popen.pid, signum)
+        else:
+            popen.send_signal(signum)
+
+
+def kill(popen: subprocess.Popen[bytes], *, group: bool, name: str,
+         error: type[Exception]) -> None:
+    """SIGKILL (to the process group with `group`), then reap; raises `error` if it survives.
+    Idempotent."""
+    if popen.poll() is None:
+        _signal(popen, signal.SIGKILL, group=group)
+    try:
+        popen.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired as err:
+        raise error(f"{name} pid={popen.pid} survived SIGKILL") from err
+
+
+def terminate(popen: subprocess.Popen[bytes], *, timeout_s: float, group: bool, name: str,
+              error: type[Exception]) -> int:
+    """SIGTERM (a graceful stop; SIGCONT too, for a child left stopped), then `kill` if it
+    still runs after `timeout_s`. Returns the exit status (negative: that signal). Idempotent."""
+    if popen.poll() is None:
+        _signal(popen, signal.SIGTERM, group=group)
+        _signal(popen, signal.SIGCONT, group=group)
+        try:
+            return popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill(popen, group=group, name=name, error=error)
+    return popen.returncode
