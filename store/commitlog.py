@@ -250,12 +250,9 @@ class CommitLog:
         """`read_record` of each (offset, size), in order: the common records of one file are
         checked in one C call where built; any other, and any the C check is unsure of, go
         through `read_record`, which raises on damage."""
-        if _native is None or not phy_offsets:
-            return [self.read_record(phy, size) for phy, size in zip(phy_offsets, sizes,
-                                                                      strict=True)]
-        mapped = self.files.find(phy_offsets[0])
+        mapped = self.files.find(phy_offsets[0]) if _native is not None and phy_offsets else None
         if mapped is None or phy_offsets[-1] + sizes[-1] > mapped.max_offset:
-            # Spans files, or not all written: the per-record path sorts it out.
+            # Not built, nothing to read, or spanning files or unwritten bytes: one by one.
             return [self.read_record(phy, size) for phy, size in zip(phy_offsets, sizes,
                                                                       strict=True)]
         base = mapped.file_from_offset
