@@ -419,9 +419,8 @@ _HEADERS: Final = tuple(
 )
 assert tuple(h.size for h in _HEADERS) == _FIXED_BYTES
 # Filled in at append: QUEUEOFFSET and PHYSICALOFFSET at record offset 20, and STORETIMESTAMP
-# at 36 + len(mid), after them and mid.
+# at _STORE_TIMESTAMP_POS[layout].
 _OFFSETS: Final = struct.Struct(">qq")
-_STORE_TIMESTAMP_AT: Final = 36
 
 # Cold-path codec of the fixed part, and the subset check_record reads (hosts skipped).
 _FIXED: Final = tuple(
@@ -891,7 +890,7 @@ def prepare_message(
         properties,
         append_prop_crc,
         template,
-        _STORE_TIMESTAMP_AT + len(mid),
+        _STORE_TIMESTAMP_POS[layout],
     )
 
 
@@ -1112,7 +1111,7 @@ def prepare_batch(
         append_prop_crc=append_prop_crc,
         bounds=tuple(bounds),
         template=b"".join(parts),
-        store_timestamp_at=_STORE_TIMESTAMP_AT + len(mid),
+        store_timestamp_at=_STORE_TIMESTAMP_POS[layout],
     )
 
 
@@ -1160,7 +1159,7 @@ def prepare_batch_body(
                     append_prop_crc=append_prop_crc,
                     bounds=bounds,
                     template=template,
-                    store_timestamp_at=_STORE_TIMESTAMP_AT + 12 + len(born_host.packed),
+                    store_timestamp_at=_STORE_TIMESTAMP_POS[layout],
                 )
     return prepare_batch(
         topic=topic, queue_id=queue_id, inner=decode_batch_body(body), sys_flag=sys_flag,
