@@ -48,7 +48,7 @@ Units = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
     """What `MessageStore.open()` found and did; `lost_committed` means committed data is gone
-    (M9)."""
+    (M9); `records_skipped` counts records that could not be dispatched."""
 
     abnormal: bool
     checkpoint_bad: bool
@@ -61,6 +61,8 @@ class RecoveryReport:
     confirm_offset: int
     lost_committed: bool
     elapsed_s: float
+    # Records whose consume-queue unit was refused (store/dispatch.py): kept, never served.
+    records_skipped: int = 0
 
 
 def recover_store(
