@@ -24,6 +24,7 @@ from typing import Final
 import pytest
 
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
+from store.message_format import MessageRecord, RecordCheck, decode_record
 from store.recovery import scan_file
 from tests.interop.harness import (
     ConsumeResult,
@@ -68,6 +69,9 @@ def pyrmq_env(tmp_path: Path) -> Iterator[PyrmqEnv]:
         yield env
 
 
+BATCH_KEYS: Final = ("java-batch-", "pyrmq-clean-batch-", "pyrmq-sigkill-batch-")
+
+
 def produce_both_modes(java: JavaEnv, namesrv: JavaServer, prefix: str) -> list[Sent]:
     results: list[ProduceResult] = [
         java.produce(namesrv, TOPIC, PER_MODE, mode, "TagA", key_prefix=f"{prefix}-{mode}",
@@ -90,16 +94,35 @@ def assert_consumed_where_acknowledged(result: ConsumeResult, sends: list[Sent])
         )
 
 
-def last_record_start(store: Path, file_size: int) -> int:
-    """The PHYSICALOFFSET of the last valid record of the store's commitlog (read-only scan)."""
+def record_starts(data: bytes, start: int) -> list[int]:
+    """The offsets of the valid records of one commitlog file starting at `start`."""
     starts: list[int] = []
+
+    def found(check: RecordCheck) -> None:
+        starts.append(check.phy_offset)
+
+    scan_file(data, file_from_offset=start, file_size=min(len(data), COMMITLOG_FILE_BYTES),
+              check_body_crc=True, verify_prop_crc=False, on_record=found)
+    return starts
+
+
+def stored_records(store: Path) -> list[MessageRecord]:
+    """Every valid record of the store's commitlog, in log order (a read-only scan)."""
+    records: list[MessageRecord] = []
     for path in sorted((store / "commitlog").iterdir()):
         data = path.read_bytes()
-        scan_file(data, file_from_offset=int(path.name), file_size=min(len(data), file_size),
-                  check_body_crc=True, verify_prop_crc=False,
-                  on_record=lambda check: starts.append(check.phy_offset))
-    assert starts, f"no record in {store}"
-    return starts[-1]
+        start = int(path.name)
+        records += [decode_record(data, phy - start) for phy in record_starts(data, start)]
+    assert records, f"no record in {store}"
+    return records
+
+
+def batch_records_carry_cluster(records: list[MessageRecord]) -> set[bool]:
+    """For each record of a batch send: does its PROPERTIES carry CLUSTER? (store-format §3.7:
+    5.3.3 appends the batch-level properties, CLUSTER among them; 5.5.0 does not.)"""
+    batch = [r for r in records if r.properties_map().get("KEYS", "").startswith(BATCH_KEYS)]
+    assert len(batch) == PER_MODE
+    return {"CLUSTER" in r.properties_map() for r in batch}
 
 
 def stored_logics_physical_offset(store: Path) -> int:
@@ -126,7 +149,10 @@ def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
     sends = produce_both_modes(java_env, namesrv, "java")
     store = java_broker.store_dir
     assert store is not None
-    last = last_record_start(store, COMMITLOG_FILE_BYTES)
+    records = stored_records(store)
+    last = records[-1].phy_offset
+    # Batch records: 5.3.3 appends the batch-level properties, 5.5.0 no longer does (row 10).
+    assert batch_records_carry_cluster(records) == {rocketmq_version == "5.3.3"}
     rocksdb = store / "rocksdbstore"
     if rocketmq_version == "5.3.3":
         assert not rocksdb.exists()
@@ -170,7 +196,9 @@ def test_a_pyrmq_store_opens_in_java_with_every_message_consumable(
     assert store is not None
     # pyrmq's checkpoint carries 5.5.0's sixth field, as the Java 5.5.0 broker writes it (the
     # test above), once a consume-queue flush covered the sends.
-    last = last_record_start(store, COMMITLOG_FILE_BYTES)
+    records = stored_records(store)
+    last = records[-1].phy_offset
+    assert batch_records_carry_cluster(records) == {False}  # pyrmq writes batches as 5.5.0
     wait_until(lambda: stored_logics_physical_offset(store) == last,
                timeout_s=CHECKPOINT_TIMEOUT_S,
                what=f"pyrmq's checkpoint's logicsPhysicalOffset reaches {last}")
