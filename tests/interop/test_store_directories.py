@@ -1,10 +1,12 @@
 """Store directories both ways with the real Java broker of each release (store-format.md §1, §7,
 §9; spec README "Version differences" rows 12-14):
 
-- a store written by a Java broker (5.5.0 and 5.3.3) opens in pyrmq's broker with every message
-  pullable by the Java client at the queue and offset the Java broker acknowledged; a 5.5.0
-  store's `rocksdbstore/` is left exactly as it was; its checkpoint's sixth field
-  (logicsPhysicalOffset) is what pyrmq reads, and a 5.3.3 checkpoint (five fields) loads too;
+- a store written by a Java broker (5.5.0 and 5.3.3), stopped cleanly or SIGKILLed, opens in
+  pyrmq's broker with every message pullable by the Java client at the queue and offset the Java
+  broker acknowledged; a 5.5.0 store's `rocksdbstore/` is left exactly as it was; its
+  checkpoint's sixth field (logicsPhysicalOffset) is what pyrmq reads, and a 5.3.3 checkpoint
+  (five fields) loads too; batch records with (5.3.3) and without (5.5.0) the appended
+  batch-level properties are both read;
 - a store written by pyrmq's broker opens in the Java broker of each release with every message
   consumable by the Java client, after both a clean stop and a SIGKILL of pyrmq (the Java
   broker's abnormal recovery then reads pyrmq's checkpoint, the sixth field included).
@@ -140,8 +142,9 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("java_stop", ["clean", "sigkill"])
 def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
-    java_env: JavaEnv, pyrmq_env: PyrmqEnv, rocketmq_version: str, tmp_path: Path
+    java_env: JavaEnv, pyrmq_env: PyrmqEnv, rocketmq_version: str, java_stop: str
 ) -> None:
     namesrv = java_env.start_java_namesrv()
     java_broker = java_env.start_java_broker(namesrv, broker_name=BROKER_NAME,
@@ -163,10 +166,15 @@ def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
                    timeout_s=CHECKPOINT_TIMEOUT_S,
                    what=f"the Java checkpoint's logicsPhysicalOffset reaches {last}")
         assert rocksdb.is_dir()  # every 5.5.0 store has one (store-format §1)
-    # SIGTERM: the JVM runs the broker's shutdown hook and exits 143 (128 + SIGTERM); the hook
-    # removes the abort file only after a complete, clean store shutdown.
-    assert java_broker.process.terminate() == JAVA_SIGTERM_EXIT
-    assert not (store / "abort").exists(), java_broker.process.diagnostics()
+    if java_stop == "clean":
+        # SIGTERM: the JVM runs the broker's shutdown hook and exits 143 (128 + SIGTERM); the
+        # hook removes the abort file only after a complete, clean store shutdown.
+        assert java_broker.process.terminate() == JAVA_SIGTERM_EXIT
+        assert not (store / "abort").exists(), java_broker.process.diagnostics()
+    else:
+        # SIGKILL: pyrmq recovers abnormally, its start file chosen with the sixth field too.
+        java_broker.process.kill()
+        assert (store / "abort").exists()
     # What pyrmq reads: 5.5.0's sixth field, or 0 from a 5.3.3 checkpoint (five fields).
     assert stored_logics_physical_offset(store) == (0 if rocketmq_version == "5.3.3" else last)
     before = tree_digest(rocksdb) if rocksdb.exists() else None
@@ -174,7 +182,7 @@ def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
     namesrv = java_env.start_java_namesrv(name="namesrv-pyrmq")
     broker = pyrmq_env.start_broker(namesrv, broker_name=BROKER_NAME, store_dir=store,
                                     extra_conf=PYRMQ_ON_JAVA_FILES)
-    assert "abnormal=False" in broker.log(), broker.diagnostics()
+    assert f"abnormal={java_stop == 'sigkill'}" in broker.log(), broker.diagnostics()
     result = java_env.lite_pull(namesrv, "store_java_to_pyrmq", TOPIC, "*", len(sends),
                                 linger_ms=1000)
     assert_consumed_where_acknowledged(result, sends)
