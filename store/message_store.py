@@ -151,6 +151,9 @@ class MessageStore:
         self._dispatcher = Dispatcher(self.consume_queues)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
+        # The checkpoint's logicsPhysicalOffset (5.5.0, store-format §7): the start of the last
+        # record dispatched before the last consume-queue flush; 0 = unknown.
+        self._logics_physical_offset = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
         self._flush_wakeup: asyncio.Event | None = None
@@ -206,6 +209,10 @@ class MessageStore:
             abnormal=abnormal, checkpoint=loaded, started=started,
         )
         self._confirm_offset = report.confirm_offset
+        # Kept unless recovery cut the log below it (a value from a 5.3.3 run after 5.5.0 may be
+        # stale, i.e. lower: harmless).
+        self._logics_physical_offset = checkpoint.logics_physical_offset \
+            if checkpoint.logics_physical_offset < report.max_phy_offset else 0
         self._rebuild_queue_offsets()
         self._reput_from = max(self.consume_queues.max_phy_offset(), self.commitlog.min_phy_offset)
         self._reput_from = min(self._reput_from, report.max_phy_offset)
@@ -296,8 +303,10 @@ class MessageStore:
         try:
             self.commitlog.flush()
             self._flushed_store_timestamp = self._last_store_timestamp
+            logics_physical_offset = self.consume_queues.last_dispatched_phy_offset()
             self.consume_queues.flush()
             self._logics_flushed_store_timestamp = self._dispatcher.last_store_timestamp
+            self._logics_physical_offset = logics_physical_offset or self._logics_physical_offset
             self._write_checkpoint()
         finally:
             self.commitlog.close()
@@ -644,10 +653,14 @@ class MessageStore:
         # crash after the cut never reads as "committed data lost" (M9); then consume queues and
         # commitlog are cut (and fsynced), then the epoch file, so a crash in between never
         # leaves epochs describing bytes that are gone.
+        # logicsPhysicalOffset must never name a record that is gone (store-format §7).
+        if self._logics_physical_offset >= phy_offset:
+            self._logics_physical_offset = 0
         checkpoint = self._checkpoint_value()
-        if checkpoint.confirm_phy_offset > phy_offset:
-            write_checkpoint(self._checkpoint_path,
-                             replace(checkpoint, confirm_phy_offset=phy_offset))
+        on_disk = load_checkpoint(self._checkpoint_path).checkpoint.logics_physical_offset
+        if checkpoint.confirm_phy_offset > phy_offset or (on_disk and on_disk >= phy_offset):
+            write_checkpoint(self._checkpoint_path, replace(
+                checkpoint, confirm_phy_offset=min(checkpoint.confirm_phy_offset, phy_offset)))
         self.consume_queues.truncate_by_phy(phy_offset)
         self.commitlog.truncate_dirty(phy_offset)
         trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
@@ -748,9 +761,12 @@ class MessageStore:
 
     async def flush_consume_queues(self) -> None:
         async with self._disk():
+            # As 5.5.0: captured before the flush, stored after it (only a known value).
             ts = self._dispatcher.last_store_timestamp
+            logics_physical_offset = self.consume_queues.last_dispatched_phy_offset()
             await self._in_thread(self.consume_queues.flush)
             self._logics_flushed_store_timestamp = ts
+            self._logics_physical_offset = logics_physical_offset or self._logics_physical_offset
 
     async def _checkpoint_loop(self) -> None:
         while True:
@@ -768,6 +784,7 @@ class MessageStore:
             index_msg_timestamp=0,
             master_flushed_offset=0,
             confirm_phy_offset=confirm,
+            logics_physical_offset=self._logics_physical_offset,
         )
 
     def _write_checkpoint(self) -> None:

@@ -95,8 +95,11 @@ def recover_store(
         for m in files
     ]
     if abnormal:
-        min_ts = 0 if checkpoint.bad else checkpoint.checkpoint.min_timestamp()
-        start_index = start_file_abnormal(firsts, min_timestamp=min_ts)
+        # A bad checkpoint loads as zeros: min timestamp 0, logicsPhysicalOffset unknown.
+        start_index = start_file_abnormal(
+            firsts, min_timestamp=checkpoint.checkpoint.min_timestamp(),
+            logics_physical_offset=checkpoint.checkpoint.logics_physical_offset,
+        )
         # After a power loss each consume-queue page survived or not on its own: a unit
         # straddling a lost page can keep a valid offset and size with a wrong tagsCode, and in
         # controller mode one queue can keep units past records another queue lost (breaking
