@@ -306,7 +306,6 @@ class ConsumeQueue:
         last = self._files.last
         if (
             _native is None
-            or testhooks.FAULTS_ON
             or first_queue_offset != self._next_offset
             or last is None
             or not last.file_from_offset <= position <= last.file_end_offset - count * CQ_UNIT_SIZE
@@ -318,6 +317,8 @@ class ConsumeQueue:
             self.put_batch(first_queue_offset, phys, sizes, tags_codes)
             return
         pos = position - last.file_from_offset
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("cq.write")
         self.max_phy_offset = _native.put_cq_units(last.buf, pos, phy_offset, sizes, tags_codes)
         last.wrote_position = pos + count * CQ_UNIT_SIZE
         self._next_offset = first_queue_offset + count
