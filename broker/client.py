@@ -70,6 +70,7 @@ from store.message_format import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TOTAL_SIZE,
     MessageRecord,
     decode_record,
     encode_properties,
@@ -91,7 +92,6 @@ _STORED_CODES: Final = frozenset({
 # Batch body entry (remoting-protocol.md §6.3): TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH.
 _BATCH_ENTRY_HEAD: Final = struct.Struct(">iiiii")
 _PROPERTIES_LENGTH: Final = struct.Struct(">h")
-_TOTAL_SIZE: Final = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,7 @@ def decode_records(body: bytes) -> list[MessageRecord]:
     records: list[MessageRecord] = []
     pos = 0
     while pos + 4 <= len(body):
-        (size,) = _TOTAL_SIZE.unpack_from(body, pos)
+        (size,) = TOTAL_SIZE.unpack_from(body, pos)
         if size <= 0 or pos + size > len(body):
             raise ValueError(f"pull body: record at {pos} has size {size} beyond the body")
         records.append(decode_record(body[pos : pos + size]))

@@ -26,6 +26,7 @@ from store.errors import MessageIllegalError, RecordCorruptError
 from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message_format import (
+    TOTAL_SIZE,
     CheckStatus,
     EncodedBatch,
     EncodedMessage,
@@ -227,6 +228,16 @@ class CommitLog:
         if mapped is None or phy_offset + size > mapped.max_offset:
             raise IndexError(f"commitlog: [{phy_offset}, {phy_offset + size}) not written")
         return mapped.read(phy_offset - mapped.file_from_offset, size)
+
+    def read_record_at(self, phy_offset: int) -> bytes | None:
+        """The verified record starting at `phy_offset`, its size read from its TOTALSIZE;
+        None when nothing is written there (or a non-positive size); `RecordCorruptError` for
+        bytes that are no valid record there (damage, or an offset inside a record)."""
+        try:
+            (size,) = TOTAL_SIZE.unpack(self.read(phy_offset, TOTAL_SIZE.size))
+            return self.read_record(phy_offset, size) if size > 0 else None
+        except IndexError:
+            return None
 
     def read_record(self, phy_offset: int, size: int) -> bytes:
         """One record's bytes after checking them (magic, sizes, position, both CRCs).

@@ -232,6 +232,8 @@ def _tags_code_of_properties(raw: bytes) -> int:
 _I8: Final = struct.Struct(">b")
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
+# TOTALSIZE, every record's first field: the one way to find a record's end from its start.
+TOTAL_SIZE: Final = _I32
 _I64: Final = struct.Struct(">q")
 
 
@@ -957,6 +959,13 @@ BATCH_ENTRY_SPEC = cs.Struct(
 )
 _BATCH_ENTRY_HEAD: Final = struct.Struct(">12xii")
 BATCH_ENTRY_FIXED_BYTES: Final = 22
+
+
+def batch_body_is_plain(body: bytes, append_prop_crc: bool) -> bool:
+    """True if a SEND_BATCH_MESSAGE body is well formed and needs no normalising, checked in C
+    in one walk; False when it is not, or when the extension is not built (then
+    `decode_batch_body` decides, with the same refusals)."""
+    return _native is not None and bool(_native.batch_body_is_plain(body, append_prop_crc))
 
 
 def decode_batch_body(body: bytes) -> list[tuple[int, bytes, bytes]]:

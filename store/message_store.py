@@ -623,6 +623,12 @@ class MessageStore:
         status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, low, high, messages, offsets)
 
+    def read_record_at(self, phy_offset: int) -> bytes | None:
+        """The verified record starting at commitlog `phy_offset` (a message id's offset): one
+        way for every reader (view by id, send-back, HA). None when nothing is written there;
+        `RecordCorruptError` for bytes that are no valid record there."""
+        return self.commitlog.read_record_at(phy_offset)
+
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.consume_queues.get(topic, queue_id)
 

@@ -10,9 +10,6 @@ otherwise 22 QUERY_NOT_FOUND.
 
 from __future__ import annotations
 
-import struct
-from typing import Final
-
 from broker.consumer_offsets import ConsumerOffsetManager
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -35,8 +32,6 @@ from remoting.headers import (
 )
 from store.errors import RecordCorruptError
 from store.message_store import MessageStore
-
-_TOTAL_SIZE: Final = struct.Struct(">i")
 
 
 def _timestamp_fields(timestamp: int) -> dict[str, str]:
@@ -151,10 +146,8 @@ class OffsetProcessor:
         record = None
         if offset is not None:
             try:
-                (size,) = _TOTAL_SIZE.unpack(self._store.commitlog.read(offset, 4))
-                if size > 0:
-                    record = self._store.commitlog.read_record(offset, size)
-            except (IndexError, RecordCorruptError):
+                record = self._store.read_record_at(offset)
+            except RecordCorruptError:
                 record = None
         if record is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import struct
 import time
 from collections.abc import Mapping
 from typing import Final
@@ -69,6 +68,7 @@ from store.message_format import (
     HostPort,
     MessageRecord,
     SysFlag,
+    batch_body_is_plain,
     decode_batch_body,
     decode_record,
     encode_properties,
@@ -79,7 +79,6 @@ from store.message_format import (
     prepare_message,
 )
 from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
-from store.native import native
 from store.transaction_type import batch_transaction_error
 
 log = logging.getLogger(__name__)
@@ -97,7 +96,6 @@ _DELAY_PROPERTIES: Final = ("__STARTDELIVERTIME", PROPERTY_DELAY_TIME_LEVEL, "TI
                             "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 DLQ_NUMS_PER_GROUP: Final = 1
 VERSION_V3_4_9: Final = 121  # MQVersion.Version.V3_4_9.ordinal(): maxReconsumeTimes honoured
-_TOTAL_SIZE: Final = struct.Struct(">i")
 _UNKNOWN_HOST: Final = HostPort(bytes(4), 0)
 
 
@@ -460,7 +458,7 @@ class SendProcessor:
         """Why a SEND_BATCH_MESSAGE body is refused before its topic is looked up (or created),
         None if it is not. The common body is checked in C in one walk."""
         append_prop_crc = self._config.enabled_append_prop_crc
-        if native is not None and native.batch_body_is_plain(body, append_prop_crc):
+        if batch_body_is_plain(body, append_prop_crc):
             return None
         try:
             inner = decode_batch_body(body)
@@ -492,11 +490,9 @@ class SendProcessor:
     def look_message_by_offset(self, phy_offset: int) -> MessageRecord | None:
         """The verified record at commitlog `phy_offset`, or None if there is none."""
         try:
-            (size,) = _TOTAL_SIZE.unpack(self._store.commitlog.read(phy_offset, 4))
-            if size <= 0:
-                return None
-            return decode_record(self._store.commitlog.read_record(phy_offset, size))
-        except (IndexError, RecordCorruptError, ValueError) as err:
+            raw = self._store.read_record_at(phy_offset)
+            return decode_record(raw) if raw is not None else None
+        except (RecordCorruptError, ValueError) as err:
             log.warning("no message at phy_offset=%d error=%s", phy_offset, err)
             return None
 

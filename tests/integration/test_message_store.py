@@ -446,3 +446,18 @@ def test_new_files_and_directories_are_made_durable(
     for parent in (root, root / "consumequeue", root / "consumequeue" / "NewTopic",
                    root / "consumequeue" / "NewTopic" / "3", root / "commitlog"):
         assert str(parent) in synced, f"directory {parent} never fsynced"
+
+
+def test_read_record_at_a_message_id_offset(store: MessageStore) -> None:
+    first = store.append_message(message(b"first"))
+    second = store.append_message(message(b"second"))
+    raw = store.read_record_at(second.phy_offset)
+    assert raw is not None
+    assert decode_record(raw).body == b"second"
+    assert store.read_record_at(second.end_offset) is None  # nothing written there yet
+    assert store.read_record_at(10**12) is None
+    assert store.read_record_at(first.phy_offset + 4) is None  # MAGICCODE: a negative size
+    store.commitlog.files.files[0].buf[second.end_offset - 20] ^= 0xFF  # damage "second"
+    with pytest.raises(RecordCorruptError):
+        store.read_record_at(second.phy_offset)
+    assert store.read_record_at(first.phy_offset) is not None
