@@ -1,7 +1,9 @@
 """Golden frames from spec/remoting-protocol.md §1, §3 and §15, byte for byte.
 
 Each vector is decoded and re-encoded: decoding must yield the documented fields, and encoding
-the same command must give the documented bytes (Java's exact output). The vectors are Java
+the same command must give the documented bytes (the spec's vectors; for frames the real jars
+write, including Java's HashMap order of extFields, see tests/interop/test_golden_frames.py). The
+vectors are Java
 5.3.3's (header version 479); pyrmq announces 5.5.0 (PYRMQ_VERSION 513), so commands built here
 are set to 479 to emulate 5.3.3 — the only difference between the two releases' bytes (§2).
 """
