@@ -2,10 +2,10 @@
 
 Each vector is decoded and re-encoded: decoding must yield the documented fields, and encoding
 the same command must give the documented bytes (the spec's vectors; for frames the real jars
-write, including Java's HashMap order of extFields, see tests/interop/test_golden_frames.py). The
-vectors are Java
-5.3.3's (header version 479); pyrmq announces 5.5.0 (PYRMQ_VERSION 513), so commands built here
-are set to 479 to emulate 5.3.3 — the only difference between the two releases' bytes (§2).
+write, including Java's HashMap order of extFields, see tests/interop/test_golden_frames.py).
+The vectors are Java 5.3.3's (header version 479); pyrmq announces 5.5.0 (PYRMQ_VERSION 513),
+so commands built here are set to 479 to emulate 5.3.3, the only difference between the two
+releases' bytes (§2).
 """
 
 from __future__ import annotations
