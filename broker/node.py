@@ -54,6 +54,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
 from broker.processors.offsets import OffsetProcessor
 from broker.processors.pull import PullProcessor
+from broker.processors.rebalance import RebalanceProcessor
 from broker.processors.router import Router
 from broker.processors.send import SendProcessor
 from broker.pull_hold import (
@@ -61,6 +62,7 @@ from broker.pull_hold import (
     CHECK_INTERVAL_SHORT_POLLING_MS,
     PullHold,
 )
+from broker.rebalance_lock import RebalanceLockManager
 from broker.runtime_stats import RuntimeStats
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
@@ -303,7 +305,10 @@ class BrokerNode:
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
                                boot_timestamp_ms=boot_ms)
+        rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
+            RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: rebalance.unlock_batch_mq,
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,

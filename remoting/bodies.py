@@ -741,6 +741,84 @@ class ConsumerListBody(JSONBody):
         return cls(consumer_id_list=_get(obj, "consumerIdList", path, _tuple_of(_as_str), ()))
 
 
+# --------------------------------------------------------------------------------------------
+# Orderly consumption: LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQueue(JSONBody):
+    """One queue of a topic on one broker (`MessageQueue.java`); hashable, a set member."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic=_get(obj, "topic", path, _as_str),
+            broker_name=_get(obj, "brokerName", path, _as_str),
+            queue_id=_get(obj, "queueId", path, _as_int, 0),
+        )
+
+
+_QUEUES: Final = _tuple_of(MessageQueue.from_json_value)
+_NO_QUEUES: Final[tuple[MessageQueue, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchRequestBody(JSONBody):
+    """LOCK_BATCH_MQ's body, and UNLOCK_BATCH_MQ's (`UnlockBatchRequestBody` has the same
+    properties): the queues `client_id` wants to consume orderly for `consumer_group`."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: frozenset[MessageQueue] = frozenset()
+    only_this_broker: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "clientId": self.client_id,
+            "consumerGroup": self.consumer_group,
+            "mqSet": [mq.to_json_value() for mq in _sorted_queues(self.mq_set)],
+            "onlyThisBroker": self.only_this_broker,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            consumer_group=_get(obj, "consumerGroup", path, _as_str),
+            client_id=_get(obj, "clientId", path, _as_str),
+            mq_set=frozenset(_get(obj, "mqSet", path, _QUEUES, _NO_QUEUES)),
+            only_this_broker=_get(obj, "onlyThisBroker", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchResponseBody(JSONBody):
+    """LOCK_BATCH_MQ's answer: the requested queues now locked by the requesting client."""
+
+    lock_ok_mq_set: frozenset[MessageQueue] = frozenset()
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"lockOKMQSet": [mq.to_json_value() for mq in _sorted_queues(self.lock_ok_mq_set)]}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(lock_ok_mq_set=frozenset(_get(obj, "lockOKMQSet", path, _QUEUES, _NO_QUEUES)))
+
+
+def _sorted_queues(queues: frozenset[MessageQueue]) -> list[MessageQueue]:
+    # A Java HashSet has no order; sorting makes our bytes reproducible.
+    return sorted(queues, key=lambda mq: (mq.topic, mq.broker_name, mq.queue_id))
+
+
 __all__ = [
     "PERM_INHERIT",
     "PERM_PRIORITY",
@@ -756,7 +834,10 @@ __all__ = [
     "HeartbeatData",
     "JSONBody",
     "KVTable",
+    "LockBatchRequestBody",
+    "LockBatchResponseBody",
     "MessageModel",
+    "MessageQueue",
     "ProducerData",
     "QueueData",
     "RegisterBrokerBody",
