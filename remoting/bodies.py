@@ -225,6 +225,13 @@ def _int_key_map_of(
     return read_map
 
 
+# The same rules for the broker's own fastjson files (subscriptionGroup.json, ...).
+read_int: Final = _as_int
+read_long: Final = _as_long
+read_bool: Final = _as_bool
+get_property: Final = _get
+
+
 def _raw(value: JSONValue, path: str) -> JSONValue:
     return value
 
