@@ -23,6 +23,7 @@ from store.consume_queue_store import ConsumeQueueStore
 from store.mapped_file import MappedFile
 from store.message_format import RecordCheck
 from store.recovery import RecordBatch, scan_file
+from store.schedule import DEFAULT_DELAYS_MS, SCHEDULE_TOPIC, unit_tags_code
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +40,18 @@ class Dispatcher:
     """Writes units into the store's consume queues; remembers the last dispatched record's
     store timestamp (the checkpoint's logicsMsgTimestamp) and, in recovery, queues to rebuild."""
 
-    __slots__ = ("consume_queues", "last_store_timestamp", "to_rebuild")
+    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "to_rebuild")
 
-    def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0
-                 ) -> None:
+    def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0,
+                 delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> None:
         self.consume_queues = consume_queues
         self.last_store_timestamp = last_store_timestamp
+        self.delays_ms = delays_ms  # messageDelayLevel: schedule-topic units hold deliver times
         self.to_rebuild: set[tuple[str, int]] = set()
+
+    def _tags_code(self, check: RecordCheck) -> int:
+        return unit_tags_code(check.topic, check.queue_id, check.store_timestamp,
+                              check.tags_code, self.delays_ms)
 
     def dispatch_live(self, check: RecordCheck) -> bool:
         """A record reached the dispatch bound: write its unit unless the queue has it."""
@@ -54,7 +60,7 @@ class Dispatcher:
         queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
         if check.queue_offset < queue.max_offset:
             return False
-        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+        queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
         self.last_store_timestamp = check.store_timestamp
         return True
 
@@ -70,7 +76,7 @@ class Dispatcher:
         if check.queue_offset > queue.max_offset and queue.max_offset > queue.min_offset_in_files:
             self.to_rebuild.add(key)
             return False
-        queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+        queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
         self.last_store_timestamp = check.store_timestamp
         return True
 
@@ -116,8 +122,14 @@ class Dispatcher:
                 run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
                 length = len(run) if run.all() else int(np.argmin(run))
                 part = group[i:i + length]
+                tags_codes = batch.tags_code[part]
+                if key[0] == SCHEDULE_TOPIC:
+                    tags_codes = np.array([
+                        unit_tags_code(key[0], key[1], ts, 0, self.delays_ms)
+                        for ts in batch.store_timestamp[part].tolist()
+                    ], dtype=np.int64)
                 queue.put_batch(int(offsets[i]), batch.phy_offset[part],
-                                batch.size[part].astype(np.int32), batch.tags_code[part])
+                                batch.size[part].astype(np.int32), tags_codes)
                 count += length
                 last_row = max(last_row, int(part[-1]))  # rows are in log order
                 i += length
@@ -141,7 +153,8 @@ class Dispatcher:
                     and check.phy_offset + check.size <= bound:
                 queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
                 if check.queue_offset >= queue.max_offset:
-                    queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+                    queue.put(check.queue_offset, check.phy_offset, check.size,
+                              self._tags_code(check))
                     count += 1
 
         for mapped in files:

@@ -48,6 +48,7 @@ from store.message_format import (
     read_store_timestamp,
 )
 from store.run_files import AbortFile, StoreLock
+from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,8 @@ class MessageStore:
         self._opened = False
         self._closed = False
         self._last_store_timestamp = 0
-        self._dispatcher = Dispatcher(self.consume_queues)
+        self._delays_ms = parse_message_delay_level(config.message_delay_level)
+        self._dispatcher = Dispatcher(self.consume_queues, delays_ms=self._delays_ms)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -325,7 +327,8 @@ class MessageStore:
             self._confirm_offset = end
             if self._reput_from == phy_offset and is_dispatchable(msg.sys_flag):
                 # Inline dispatch: the common case needs no second read of the record.
-                queue.put(queue_offset, phy_offset, msg.total_size, msg.tags_code)
+                queue.put(queue_offset, phy_offset, msg.total_size, unit_tags_code(
+                    msg.topic, msg.queue_id, store_timestamp, msg.tags_code, self._delays_ms))
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
             else:
@@ -347,7 +350,8 @@ class MessageStore:
         if self.confirm_follows_max:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
-            if self._reput_from == phy_offset and is_dispatchable(batch.sys_flag):
+            if self._reput_from == phy_offset and is_dispatchable(batch.sys_flag) \
+                    and batch.topic != SCHEDULE_TOPIC:  # (its units come from the dispatcher)
                 queue.put_contiguous(queue_offset, phy_offset, batch.sizes, batch.tags_codes)
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
