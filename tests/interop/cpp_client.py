@@ -6,8 +6,8 @@ It runs under the C++ client's own interpreter (`.venv-cpp`, made by scripts/set
 imports nothing of ours: only the standard library and `rocketmq`.
 
     produce NAMESRV TOPIC COUNT sync|async|oneway|orderly TAG [--key-prefix= --body-bytes=
-            --shards=]      orderly: message i goes to queue (i % shards) % queues, in order
-    push    NAMESRV GROUP TOPIC EXPR EXPECTED [--fail-every=N --linger-ms= --timeout-s=]
+            --shards= --delay-level=]  orderly: message i to queue (i % shards) % queues, in order
+    push    NAMESRV GROUP TOPIC EXPR EXPECTED [--fail-every=N --linger-ms= --timeout-s= --orderly]
     pull    NAMESRV GROUP TOPIC EXPR EXPECTED [--timeout-s=]
 
 `push --fail-every=N` answers RECONSUME_LATER to the first delivery of every N-th key (by its
@@ -70,6 +70,8 @@ def produce(args: argparse.Namespace) -> int:
         msg.set_keys(key)
         msg.set_tags(args.tag)
         msg.set_body(body_of(key, args.body_bytes))
+        if args.delay_level:
+            msg.set_delay_time_level(args.delay_level)
         if args.mode == "sync":
             result = producer.send_sync(msg)
             emit(f"SENT {result.msg_id} -1 {result.offset} {key} {result.status.name}")
@@ -110,7 +112,7 @@ def produce(args: argparse.Namespace) -> int:
 
 
 def push(args: argparse.Namespace) -> int:
-    consumer = cpp.PushConsumer(args.group)
+    consumer = cpp.PushConsumer(args.group, orderly=args.orderly)
     consumer.set_namesrv_addr(args.namesrv)
     consumer.set_thread_count(2)
     seen: set[str] = set()
@@ -180,6 +182,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--key-prefix", default="cpp")
     p.add_argument("--body-bytes", type=int, default=128)
     p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--delay-level", type=int, default=0)
     p.add_argument("--send-timeout-ms", type=int, default=3000)
     p.add_argument("--timeout-s", type=float, default=60.0)
     for name in ("push", "pull"):
@@ -193,6 +196,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         if name == "push":
             c.add_argument("--fail-every", type=int, default=0)
             c.add_argument("--linger-ms", type=int, default=0)
+            c.add_argument("--orderly", action="store_true")
     return parser.parse_args(argv)
 
 

@@ -6,7 +6,9 @@ orderly (a queue selector spreads four shards over the queues) and 5 TagB messag
 stores each exactly once; the orderly ones sit in their shard's queue in send order. A C++ push
 consumer rejects the first delivery of every fifth message (RECONSUME_LATER: the client sends
 its batch back) and gets it again from the retry topic with reconsumeTimes 1; a C++ pull
-consumer reads every TagA message; neither sees TagB.
+consumer reads every TagA message; neither sees TagB. A C++ orderly push consumer (it locks its
+queues with LOCK_BATCH_MQ) consumes every queue in offset order. Messages the C++ producer sends
+with a delay level reach their topic only after the level's delay.
 Every acknowledged message is accounted for.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,22 +95,29 @@ def produced(
     return results
 
 
-async def stored_messages(cluster: PyrmqCluster) -> dict[str, MessageRecord]:
-    """Every message of TOPIC as pyrmq stores it, by key, pulled with pyrmq's own client."""
+async def stored_in(cluster: PyrmqCluster, topic: str) -> list[MessageRecord]:
+    """Every message of `topic` as pyrmq stores it, pulled with pyrmq's own client."""
     host, port = cluster.broker.addr.rsplit(":", 1)
-    records: dict[str, MessageRecord] = {}
+    records: list[MessageRecord] = []
     async with await BrokerClient.connect(host, int(port)) as client:
         for queue_id in range(CLIENT_QUEUE_NUMS):
             offset = 0
             while True:
-                result = await client.pull("pyrmq_cpp_inspect", TOPIC, queue_id, offset)
+                result = await client.pull("pyrmq_cpp_inspect", topic, queue_id, offset)
                 if result.status is not PullStatus.FOUND:
                     break
-                for record in result.messages:
-                    assert record.keys is not None
-                    assert record.keys not in records, f"key {record.keys} stored twice"
-                    records[record.keys] = record
+                records.extend(result.messages)
                 offset = result.next_begin_offset
+    return records
+
+
+async def stored_messages(cluster: PyrmqCluster) -> dict[str, MessageRecord]:
+    """Every message of TOPIC by key; a key stored twice fails."""
+    records: dict[str, MessageRecord] = {}
+    for record in await stored_in(cluster, TOPIC):
+        assert record.keys is not None
+        assert record.keys not in records, f"key {record.keys} stored twice"
+        records[record.keys] = record
     return records
 
 
@@ -193,3 +203,43 @@ def test_cpp_pull_consumer_reads_every_tag_a_message(
     assert result.done, failure(result)
     assert set(result.key_counts()) == tag_a_keys()
     assert Counter(received.tags for received in result.received) == {"TagA": TAG_A_COUNT}
+
+
+@pytest.mark.usefixtures("produced")
+def test_cpp_orderly_push_consumer_consumes_each_queue_in_order(
+    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+) -> None:
+    result = consume(
+        tmp_path, "push", pyrmq_cluster.namesrv.addr, "cpp_orderly", TOPIC, "TagA",
+        TAG_A_COUNT, "--orderly", "--linger-ms=500", "--timeout-s=90",
+    )  # fmt: skip
+    assert result.done, failure(result)
+    assert set(result.key_counts()) == tag_a_keys()
+    by_queue: dict[int, list[int]] = {}
+    for received in result.received:
+        by_queue.setdefault(received.queue_id, []).append(received.queue_offset)
+    for queue_id, offsets in by_queue.items():
+        assert offsets == sorted(offsets), f"queue {queue_id} consumed out of order: {offsets}"
+
+
+def test_cpp_delayed_sends_reach_their_topic_after_the_level_delay(
+    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+) -> None:
+    topic, count = "PyrmqCppDelay", 10
+    before_ms = time.time_ns() // 1_000_000
+    run = run_cpp(
+        tmp_path, "produce", pyrmq_cluster.namesrv.addr, topic, count, "sync", "TagA",
+        "--key-prefix=delayed", "--delay-level=2",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = consume(
+        tmp_path, "pull", pyrmq_cluster.namesrv.addr, "cpp_delay", topic, "*", count,
+        "--timeout-s=60",
+    )  # fmt: skip
+    assert result.done, failure(result)
+    assert set(result.key_counts()) == {f"delayed-{i}" for i in range(count)}
+    stored = asyncio.run(stored_in(pyrmq_cluster, topic))
+    assert len(stored) == count
+    for record in stored:
+        assert record.store_timestamp >= before_ms + 5_000, record  # level 2: 5 s
+        assert "DELAY" not in record.properties_map()
