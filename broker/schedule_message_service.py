@@ -115,16 +115,10 @@ class ScheduleMessageService:
             self.offset_table[level] = offset
         log.info("loaded delay offsets path=%s offsets=%s", self._file.path, self.offset_table)
 
-    def encode(self) -> PrettyValue:
-        value: dict[str, PrettyValue] = {
-            "dataVersion": self.data_version.to_json_value(),
-            "offsetTable": IntKeyMap(dict(self.offset_table)),
-        }
-        return value
-
-    async def persist(self) -> bool:
-        """Write the offsets once every re-put they pass is flushed (module invariant).
-        Returns False (file unchanged) if the flush did not get there in FLUSH_WAIT_MS."""
+    async def persist(self) -> dict[int, int] | None:
+        """Write the offsets once every re-put they pass is flushed (module invariant);
+        returns the offsets written, or None (file unchanged) if the flush did not get there
+        in FLUSH_WAIT_MS."""
         snapshot = dict(self.offset_table)
         target = self._store.max_phy_offset  # every re-put behind `snapshot` ends below this
         if self._store.commitlog.flushed_where < target:
@@ -133,9 +127,9 @@ class ScheduleMessageService:
                     await self._store.flush()
             except (TimeoutError, StoreError, OSError) as err:
                 log.warning("delay offsets not persisted: commitlog flush failed error=%s", err)
-                return False
+                return None
             if self._store.commitlog.flushed_where < target:
-                return False
+                return None
         version = self.data_version
         self.data_version = DataVersion(
             state_version=version.state_version, timestamp=self._wall_ms(),
@@ -150,7 +144,7 @@ class ScheduleMessageService:
             return value
 
         await self._file.persist(encode)
-        return True
+        return snapshot
 
     async def run(self) -> None:
         """Deliver every level and persist periodically, until cancelled."""
@@ -160,11 +154,11 @@ class ScheduleMessageService:
             group.create_task(self._persist_loop(), name="delay-offset-persist")
 
     async def _persist_loop(self) -> None:
-        persisted = dict(self.offset_table)
+        persisted: dict[int, int] | None = dict(self.offset_table)
         while True:
             await asyncio.sleep(self._flush_interval_ms / 1000)
-            if self.offset_table != persisted and await self.persist():
-                persisted = dict(self.offset_table)
+            if self.offset_table != persisted:
+                persisted = await self.persist() or persisted
 
     async def _deliver_level(self, level: int) -> None:
         while True:
