@@ -35,6 +35,7 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
+from tests.interop.routes import wait_for_route
 
 pytestmark = pytest.mark.interop
 
@@ -93,6 +94,13 @@ def produced(
         assert len(sent) == count, f"{mode}: {len(sent)} of {count} sends\n{run.stdout}"
         results[prefix] = Produced(mode, sent)
     return results
+
+
+async def create_topic(cluster: PyrmqCluster, topic: str) -> None:
+    host, port = cluster.broker.addr.rsplit(":", 1)
+    async with await BrokerClient.connect(host, int(port)) as client:
+        await client.create_topic(topic, read_queue_nums=CLIENT_QUEUE_NUMS,
+                                  write_queue_nums=CLIENT_QUEUE_NUMS)
 
 
 async def stored_in(cluster: PyrmqCluster, topic: str) -> list[MessageRecord]:
@@ -226,6 +234,10 @@ def test_cpp_delayed_sends_reach_their_topic_after_the_level_delay(
     pyrmq_cluster: PyrmqCluster, tmp_path: Path
 ) -> None:
     topic, count = "PyrmqCppDelay", 10
+    # Created up front: a new topic's first C++ send waits on a TBW102 route lookup that a
+    # loaded machine can time out (the module's first sends cover auto-creation).
+    asyncio.run(create_topic(pyrmq_cluster, topic))
+    wait_for_route(pyrmq_cluster.namesrv.addr, topic)
     before_ms = time.time_ns() // 1_000_000
     run = run_cpp(
         tmp_path, "produce", pyrmq_cluster.namesrv.addr, topic, count, "sync", "TagA",
