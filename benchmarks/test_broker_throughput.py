@@ -1,12 +1,14 @@
-"""pyrmq-broker against Apache RocketMQ 5.3.3 and Redis 7, in one run, on the same machine.
+"""pyrmq-broker against Apache RocketMQ (NEWEST of tests/interop: 5.5.0) and Redis 7, in one run,
+on the same machine.
 
 Servers (started once for the module, all on loopback, all stopped at teardown):
 - pyrmq: its name server and broker as real processes (`python -m controller` and `python -m
   broker -c broker.conf`, i.e. pyrmq-controller and pyrmq-broker, from tests/interop/pyrmq_env.py):
   a standalone ASYNC_MASTER with ASYNC_FLUSH, metrics off;
-- Apache RocketMQ 5.3.3: the Java name server and broker of tests/interop (ASYNC_MASTER,
-  ASYNC_FLUSH), the broker with a 1 GiB heap, G1 and C2 (`BROKER_JVM_ARGS`, after the harness's
-  start-up flags), as runbroker.sh runs it but smaller;
+- Apache RocketMQ NEWEST (5.5.0, the newest release users compare with): the Java name server
+  and broker of tests/interop (ASYNC_MASTER, ASYNC_FLUSH), the broker with a 1 GiB heap, G1
+  and C2 (`BROKER_JVM_ARGS`, after the harness's start-up flags), as runbroker.sh runs it but
+  smaller;
 - Redis 7 (Debian's redis-server): AOF on, fsync every second, no RDB snapshots.
 Both brokers use 1 GiB commitlog files (their default) and topics of 8 queues created up front.
 
@@ -60,6 +62,7 @@ from benchmarks.peers import (
 from broker.client import BrokerClient
 from tests.interop.harness import (
     CLIENT_SYSPROPS,
+    NEWEST,
     InteropSetupError,
     JavaEnv,
     JavaProcess,
@@ -214,7 +217,7 @@ def _remove_stored_data(base: Path) -> None:
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peers]:
     try:
-        classpath = ensure_built()
+        classpath = ensure_built(NEWEST)
     except InteropSetupError as err:
         pytest.fail(f"interop set-up: {err}", pytrace=False)
     base = tmp_path_factory.mktemp("broker-bench")
@@ -343,14 +346,14 @@ def test_java_client_sync_sends(peers: Peers) -> None:
     ours = _java_run(peers, "pyrmq", SYNC_TOPIC, "sync", "loadgen-sync-pyrmq")
     theirs = _java_run(peers, "java", SYNC_TOPIC, "sync", "loadgen-sync-java")
     _compare(f"Java client, sync sends of 1 KiB, {PRODUCERS} threads", ours, theirs,
-             "RocketMQ-5.3.3", "broker")
+             f"RocketMQ-{peers.java_env.version}", "broker")
 
 
 def test_java_client_batch_sends(peers: Peers) -> None:
     ours = _java_run(peers, "pyrmq", BATCH_TOPIC, "batch", "loadgen-batch-pyrmq")
     theirs = _java_run(peers, "java", BATCH_TOPIC, "batch", "loadgen-batch-java")
     _compare(f"Java client, batches of {BATCH_SIZE} x 1 KiB, {PRODUCERS} threads", ours, theirs,
-             "RocketMQ-5.3.3", "broker")
+             f"RocketMQ-{peers.java_env.version}", "broker")
 
 
 async def _stored(broker: str, topic: str) -> int:
@@ -371,7 +374,7 @@ def test_java_lite_pull(peers: Peers) -> None:
              "duration-s": PULL_WINDOW_S},
         ))
     _compare("Java lite pull consumer, 1 KiB messages already stored", runs[0], runs[1],
-             "RocketMQ-5.3.3", "broker")
+             f"RocketMQ-{peers.java_env.version}", "broker")
 
 
 def _python_sends(peers: Peers, tmp_path: Path, topic: str, mode: str, what: str) -> None:

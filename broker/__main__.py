@@ -19,6 +19,7 @@ import uvloop
 from broker.config import LoadedConfig, config_from_properties, config_items, load_broker_config
 from broker.errors import BrokerError
 from broker.node import BrokerNode
+from store import testhooks
 
 log = logging.getLogger("broker")
 
@@ -39,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("-m", "--printImportantConfig", dest="print_important",
                        action="store_true", help="print important config items and exit")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--test-hooks", action="store_true",
+                        help="fault-injection tests only: turn on the store's fault points and "
+                             "durability journal from PYRMQ_FAULTPOINTS / PYRMQ_DURABILITY_FD "
+                             "(ignored without this option)")
     return parser
 
 
@@ -58,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         loaded = load(args)
-    except BrokerError as err:
+        if args.test_hooks:
+            testhooks.enable_from_environment()
+            log.warning("store test hooks on (--test-hooks): fault points may kill this broker")
+    except (BrokerError, ValueError) as err:
         print(f"pyrmq-broker: {err}", file=sys.stderr)
         return EXIT_USAGE
     for warning in loaded.warnings:

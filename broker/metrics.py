@@ -11,7 +11,9 @@ and histogram buckets are Java's:
   protocol_type, request_code and response_code (lower-case Java names), is_long_polling, result;
 - `rocketmq_send_to_dlq_messages_total`; gauges `rocketmq_topic_number`,
   `rocketmq_consumer_group_number`, `rocketmq_producer_connections`,
-  `rocketmq_consumer_connections`.
+  `rocketmq_consumer_connections`;
+- pyrmq's own gauge `rocketmq_store_dispatch_skipped`: records since start (recovery included)
+  whose consume-queue unit was refused, kept in the commitlog but never served (store/dispatch.py).
 Every series also carries Java's node labels: cluster, node_type="broker", node_id=<brokerName>.
 Counting is cheap (no per-message logging, STYLE §6); rendering happens only when scraped.
 """
@@ -107,6 +109,8 @@ class BrokerMetrics:
                 ("rocketmq_consumer_group_number", "Subscription groups on this broker"),
                 ("rocketmq_producer_connections", "Producer connections"),
                 ("rocketmq_consumer_connections", "Consumer connections"),
+                ("rocketmq_store_dispatch_skipped",
+                 "Records since start whose consume-queue unit was refused (never served)"),
             )
         }
 

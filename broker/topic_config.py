@@ -47,6 +47,9 @@ RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 RMQ_SYS_SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
 RMQ_SYS_OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 RMQ_SYS_ROCKSDB_OFFSET_TOPIC: Final = "CHECKPOINT_TOPIC"
+# 5.5.0: the RocksDB transaction store's topics (system topics, not allowed for sends).
+RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC: Final = "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
+RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 SYNC_BROKER_MEMBER_GROUP_PREFIX: Final = SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_"
 REVIVE_TOPIC_PREFIX: Final = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"
@@ -61,7 +64,7 @@ _VALID_CHARS: Final = frozenset(
     "%|-_0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 )
 
-_SYSTEM_TOPICS: Final = frozenset(
+SYSTEM_TOPICS: Final = frozenset(
     {
         AUTO_CREATE_TOPIC_KEY_TOPIC,
         RMQ_SYS_SCHEDULE_TOPIC,
@@ -73,6 +76,8 @@ _SYSTEM_TOPICS: Final = frozenset(
         RMQ_SYS_SELF_TEST_TOPIC,
         RMQ_SYS_OFFSET_MOVED_EVENT,
         RMQ_SYS_ROCKSDB_OFFSET_TOPIC,
+        RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC,
+        RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC,
     }
 )
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
@@ -83,9 +88,12 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
         RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
         RMQ_SYS_SELF_TEST_TOPIC,
         RMQ_SYS_OFFSET_MOVED_EVENT,
+        RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC,
+        RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC,
     }
 )
-"""Topics a client may not send to (`TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`): code 16."""
+"""Topics a client may not send to (`TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`, as 5.5.0 has
+it): code 16."""
 
 
 def retry_topic(group: str) -> str:
@@ -203,7 +211,7 @@ class TopicConfigManager:
         self._file = file
         self._wall_ms = wall_ms
         self._table: dict[str, TopicConfig] = {}
-        self._system_topics: set[str] = set(_SYSTEM_TOPICS)
+        self._system_topics: set[str] = set(SYSTEM_TOPICS)
         self.data_version = DataVersion(timestamp=wall_ms())
         self._listeners: list[Callable[[], None]] = []
 

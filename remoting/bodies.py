@@ -587,10 +587,12 @@ class ConsumeType(IntEnum):
 
 
 class MessageModel(IntEnum):
-    """`MessageModel.java`, by ordinal."""
+    """`MessageModel.java`, by ordinal. LITE_SELECTIVE (5.5.0, lite consumers) is decoded so that
+    such a heartbeat is accepted; pyrmq serves no lite consumption."""
 
     BROADCASTING = 0
     CLUSTERING = 1
+    LITE_SELECTIVE = 2
 
 
 class ConsumeFromWhere(IntEnum):

@@ -139,6 +139,9 @@ class ResponseCode(IntEnum):
     CONTROLLER_BROKER_ID_INVALID = 2014
     CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
     CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
+    # 5.5.0 only (LMQ and lite-topic quotas): pyrmq never sends them; named for decoding.
+    LMQ_QUOTA_EXCEEDED = 2017
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
 
 
 class LanguageCode(IntEnum):
@@ -174,7 +177,15 @@ ONEWAY_FLAG: Final = 0b10
 
 JAVA_VERSION_5_3_3: Final = 479
 """`MQVersion.Version.V5_3_3.ordinal()`: the version a Java 5.3.3 broker or client sends."""
-PYRMQ_VERSION: Final = JAVA_VERSION_5_3_3
-"""The version pyrmq writes into every command it builds. A name server parses the
-REGISTER_BROKER body as a RegisterBrokerBody only from version 37 on, and answers route queries
-in standard JSON from 401 on, so this must be a real, recent Java version number."""
+JAVA_VERSION_5_5_0: Final = 513
+"""`MQVersion.Version.V5_5_0.ordinal()`: the version a Java 5.5.0 broker or client sends."""
+PYRMQ_VERSION: Final = JAVA_VERSION_5_5_0
+"""THE version pyrmq announces: written into every command it builds (header `version`) and
+reported as `brokerVersion` by GET_BROKER_RUNTIME_INFO; pyrmq speaks as a RocketMQ 5.5.0 server
+(spec README "Version differences" row 7). A name server parses the REGISTER_BROKER body as a
+RegisterBrokerBody only from version 37 on, and answers route queries in standard JSON from 401
+on, so this must be a real, recent Java version number; no Java code of 5.3.3 or 5.5.0
+distinguishes versions above 475, so 479 and 513 behave the same towards Java peers. Decoders
+accept any version."""
+PYRMQ_VERSION_DESC: Final = "V5_5_0"
+"""`MQVersion.getVersionDesc(PYRMQ_VERSION)`: the name mqadmin prints (`brokerVersionDesc`)."""

@@ -8,7 +8,8 @@ Invariants:
 - `ext_fields` maps wire keys to text exactly as RocketMQ sends them (numbers in decimal,
   booleans as "true"/"false"); it is shared, never mutated after construction.
 - A response built by `make_response` echoes the request's opaque and serialize type, sets the
-  response bit and speaks as a Java 5.3.3 server (language JAVA, version 479), as Java servers do.
+  response bit and speaks as a Java 5.5.0 server (language JAVA, version PYRMQ_VERSION = 513), as
+  Java servers do.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class RemotingCommand:
         *,
         serialize_type: SerializeType = SerializeType.JSON,
     ) -> RemotingCommand:
-        """A request as pyrmq sends it (language JAVA, version 479). The opaque and the oneway
-        bit are set by the connection that sends it."""
+        """A request as pyrmq sends it (language JAVA, version PYRMQ_VERSION). The opaque and the
+        oneway bit are set by the connection that sends it."""
         return cls(
             code=code,
             ext_fields={} if ext_fields is None else ext_fields,
@@ -77,7 +78,7 @@ class RemotingCommand:
         body: bytes = b"",
     ) -> RemotingCommand:
         """The response to this request: same opaque and serialize type, response bit set,
-        language JAVA and version 479 (what a Java server answers with)."""
+        language JAVA and version PYRMQ_VERSION (what a Java 5.5.0 server answers with)."""
         return RemotingCommand(
             code=code,
             language=LanguageCode.JAVA,

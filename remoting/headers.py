@@ -321,6 +321,7 @@ class PullMessageRequestHeader(CommandHeader):
     request_source: Int32 | None = None
     proxy_froward_client_id: str | None = None  # sic: Java's spelling
     broker_name: str | None = None
+    lite_topic: str | None = None  # 5.5.0: see refuse_lite_topic
     _WIRE_KEYS: ClassVar[Mapping[str, str]] = {"broker_name": "bname"}
 
 
@@ -420,7 +421,17 @@ class SearchOffsetRequestHeader(CommandHeader):
     timestamp: Int64
     boundary_type: BoundaryType | None = None
     broker_name: str | None = None
+    lite_topic: str | None = None  # 5.5.0: see refuse_lite_topic
     _WIRE_KEYS: ClassVar[Mapping[str, str]] = {"broker_name": "bname"}
+
+
+def refuse_lite_topic(header: PullMessageRequestHeader | SearchOffsetRequestHeader) -> None:
+    """A 5.5.0 client's non-empty `liteTopic` means "this lite topic's LMQ, not `topic`"; pyrmq
+    has no lite topics and must not serve the parent topic instead (a 5.3.3 broker would):
+    HeaderFieldError, answered with SYSTEM_ERROR naming the field (remoting §5, a pyrmq choice)."""
+    if header.lite_topic:
+        raise HeaderFieldError(type(header).__name__, "liteTopic", header.lite_topic,
+                               "names a lite topic; pyrmq serves no lite topics")
 
 
 @dataclass(frozen=True, slots=True)

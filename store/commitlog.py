@@ -42,8 +42,10 @@ END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
 WARM_CHUNK_BYTES: Final = 16 * 1024 * 1024
-# With fault points on, a record reaches the mapping in two copies, this fixed prefix first (up to
-# BODYLENGTH for IPv4 hosts), so "commitlog.append.after_header" can stop a writer half-way.
+# The one fault point that needs a record half written: while it is armed, appends take the
+# Python writer and reach the mapping in two copies, this fixed prefix first (up to BODYLENGTH
+# for IPv4 hosts); every other fault point leaves the C writer production uses in place.
+HALF_WRITE_FAULT: Final = "commitlog.append.after_header"
 FAULT_HEADER_BYTES: Final = 88
 
 
@@ -115,7 +117,7 @@ class CommitLog:
         mapped = self._file_for(msg.total_size)
         pos = mapped.wrote_position
         phy_offset = mapped.file_from_offset + pos
-        if testhooks.FAULTS_ON:
+        if testhooks.FAULTS_ON and testhooks.armed(HALF_WRITE_FAULT):
             scratch = bytearray(msg.total_size)
             write_record(
                 scratch, 0, msg,
@@ -144,7 +146,7 @@ class CommitLog:
         mapped = self._file_for(batch.total_size)
         pos = mapped.wrote_position
         phy_offset = mapped.file_from_offset + pos
-        if testhooks.FAULTS_ON:
+        if testhooks.FAULTS_ON and testhooks.armed(HALF_WRITE_FAULT):
             scratch = bytearray(batch.total_size)
             write_batch(
                 scratch, 0, batch,
@@ -306,5 +308,5 @@ class CommitLog:
 def _copy_in_two_steps(mapped: MappedFile, pos: int, record: bytearray) -> None:
     """Fault-point builds only: copy `record` into the mapping at `pos`, the fixed header first."""
     mapped.buf[pos : pos + FAULT_HEADER_BYTES] = record[:FAULT_HEADER_BYTES]
-    testhooks.fault_point("commitlog.append.after_header")
+    testhooks.fault_point(HALF_WRITE_FAULT)
     mapped.buf[pos + FAULT_HEADER_BYTES : pos + len(record)] = record[FAULT_HEADER_BYTES:]

@@ -11,9 +11,10 @@ with a precompiled struct, a batch with one numpy assignment.
 
 Invariants:
 - Units are dense: the unit for queue offset n sits at byte n*20; appending anywhere but the end
-  is refused (`DataInvariantError`), except a re-dispatch of a unit already present, which is
-  skipped (RocketMQ's idempotent re-dispatch).
-- phyOffset increases with the queue offset (fillers at the start have phyOffset 0).
+  is refused (`QueueOrderError`, the queue unchanged), except a re-dispatch of a unit already
+  present, which is skipped (RocketMQ's idempotent re-dispatch).
+- phyOffset increases with the queue offset (fillers at the start have phyOffset 0): a unit
+  for a record below the last unit's end is never appended.
 - A valid unit has phyOffset >= 0 and size > 0; the first invalid unit ends the queue.
 """
 
@@ -29,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store import testhooks
-from store.errors import DataInvariantError
+from store.errors import DataInvariantError, QueueOrderError
 from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.native import native as _native
@@ -218,13 +219,15 @@ class ConsumeQueue:
         self._write_end = last.file_end_offset if last is not None else 0
 
     def _check_append(self, queue_offset: int, phy_offset: int) -> bool:
-        """True to write; False to skip an idempotent re-dispatch; raises on a gap."""
+        """True to write; False to skip a record the queue is past in the log (a re-dispatch,
+        or a record skipped before whose queue offset a later record took); `QueueOrderError`
+        for a gap or a different record at an offset the queue holds."""
+        if phy_offset < self.max_phy_offset:
+            return False
         expected = self._next_offset
         if queue_offset == expected or not self._files.files:
             return True
-        if queue_offset < expected and phy_offset < self.max_phy_offset:
-            return False
-        raise DataInvariantError(
+        raise QueueOrderError(
             f"consume queue {self.topic}/{self.queue_id}: unit for queue offset {queue_offset} "
             f"(phy {phy_offset}) does not follow max offset {expected}"
         )
@@ -244,7 +247,8 @@ class ConsumeQueue:
 
     def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
         """Append one unit (dispatch of one record)."""
-        if queue_offset != self._next_offset and not self._check_append(queue_offset, phy_offset):
+        if (queue_offset != self._next_offset or phy_offset < self.max_phy_offset) \
+                and not self._check_append(queue_offset, phy_offset):
             return
         position = queue_offset * CQ_UNIT_SIZE
         mapped = self._file_for_write(position)
@@ -302,7 +306,6 @@ class ConsumeQueue:
         last = self._files.last
         if (
             _native is None
-            or testhooks.FAULTS_ON
             or first_queue_offset != self._next_offset
             or last is None
             or not last.file_from_offset <= position <= last.file_end_offset - count * CQ_UNIT_SIZE
@@ -314,6 +317,8 @@ class ConsumeQueue:
             self.put_batch(first_queue_offset, phys, sizes, tags_codes)
             return
         pos = position - last.file_from_offset
+        if testhooks.FAULTS_ON:
+            testhooks.fault_point("cq.write")
         self.max_phy_offset = _native.put_cq_units(last.buf, pos, phy_offset, sizes, tags_codes)
         last.wrote_position = pos + count * CQ_UNIT_SIZE
         self._next_offset = first_queue_offset + count

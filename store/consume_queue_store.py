@@ -65,6 +65,15 @@ class ConsumeQueueStore:
         """RocketMQ's dispatchFromPhyOffset: the end of the furthest dispatched record."""
         return max((queue.max_phy_offset for queue in self._queues.values()), default=0)
 
+    def last_dispatched_phy_offset(self) -> int:
+        """The start (PHYSICALOFFSET) of the furthest dispatched record, 0 if none: RocketMQ
+        5.5.0's checkpoint field logicsPhysicalOffset when read before a flush (§7)."""
+        queue = max(self._queues.values(), key=lambda q: q.max_phy_offset, default=None)
+        if queue is None or queue.max_phy_offset == 0:
+            return 0
+        phy_offset, _, _ = queue.unit_at(queue.max_offset - 1)
+        return phy_offset
+
     def units_between(
         self, low: int, high: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

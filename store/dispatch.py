@@ -1,7 +1,8 @@
 """Dispatch: writing consume-queue units for commitlog records (RocketMQ's CommitLogDispatcher).
 
 Used by recovery (records found by the scan, one by one or in bulk) and by the live store
-(records up to the dispatch bound). Units exist only for TRANSACTION_NOT and COMMIT records.
+(records up to the dispatch bound). Which records get a unit is `takes_queue_offset`'s rule
+(store/transaction_type.py): TRANSACTION_NOT and COMMIT records only.
 
 Invariants:
 - Within a queue, units follow the log: a record's unit is written only when its queue offset
@@ -9,38 +10,41 @@ Invariants:
 - During recovery a record that lands past the queue's end (the queue lost units: a power loss
   tore it) marks the queue for a rebuild from the first commitlog file, instead of leaving a
   hole; `rebuild_queues` does that after the scan.
+- A unit the queue still refuses (`QueueOrderError`: a gap that a rebuild does not close, as in
+  stores written before issue 12's fix) is *skipped*, never fatal: the record stays in the
+  commitlog unserved, the first skip of each queue is logged at ERROR, every skip is counted
+  (`skipped_total`, the broker's `rocketmq_dispatch_skipped_total`), and dispatch goes on with
+  the next record, so one bad record never stops the other queues.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
+from store.consume_queue import ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.errors import QueueOrderError
 from store.mapped_file import MappedFile
 from store.message_format import RecordCheck
 from store.recovery import RecordBatch, scan_file
 from store.schedule import DEFAULT_DELAYS_MS, SCHEDULE_TOPIC, unit_tags_code
+from store.transaction_type import takes_queue_offset, takes_queue_offset_array
 
 log = logging.getLogger(__name__)
-
-TRANSACTION_TYPE_MASK = 0xC
-TRANSACTION_COMMIT_TYPE = 0x8
-
-
-def is_dispatchable(sys_flag: int) -> bool:
-    """Consume-queue units exist only for TRANSACTION_NOT_TYPE and COMMIT_TYPE records."""
-    return (sys_flag & TRANSACTION_TYPE_MASK) in (0x0, TRANSACTION_COMMIT_TYPE)
 
 
 class Dispatcher:
     """Writes units into the store's consume queues; remembers the last dispatched record's
-    store timestamp (the checkpoint's logicsMsgTimestamp) and, in recovery, queues to rebuild."""
+    store timestamp (the checkpoint's logicsMsgTimestamp), in recovery the queues to rebuild,
+    and the records whose unit was refused (skipped)."""
 
-    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "to_rebuild")
+    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "skipped",
+                 "skipped_total", "to_rebuild")
 
     def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0,
                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> None:
@@ -48,6 +52,34 @@ class Dispatcher:
         self.last_store_timestamp = last_store_timestamp
         self.delays_ms = delays_ms  # messageDelayLevel: schedule-topic units hold deliver times
         self.to_rebuild: set[tuple[str, int]] = set()
+        # Skipped records per queue since the last `take_skipped_queues` (the store realigns
+        # those queues' counters), and in all since the store opened.
+        self.skipped: Counter[tuple[str, int]] = Counter()
+        self.skipped_total = 0
+
+    def refused(self, topic: str, queue_id: int, err: QueueOrderError, count: int = 1) -> None:
+        """Count `count` records of a queue whose units were refused; log the queue's first."""
+        key = (topic, queue_id)
+        if key not in self.skipped:
+            log.error("record not dispatched, it will not be served: %s; later records of "
+                      "topic=%s queue_id=%d refused alike are counted, not logged",
+                      err, topic, queue_id)
+        self.skipped[key] += count
+        self.skipped_total += count
+
+    def take_skipped_queues(self) -> list[tuple[str, int]]:
+        """Queues with skipped records since the last call (their counters need realigning)."""
+        keys = list(self.skipped)
+        self.skipped.clear()
+        return keys
+
+    def _put(self, queue: ConsumeQueue, check: RecordCheck) -> bool:
+        try:
+            queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
+        except QueueOrderError as err:
+            self.refused(check.topic, check.queue_id, err)
+            return False
+        return True
 
     def _tags_code(self, check: RecordCheck) -> int:
         return unit_tags_code(check.topic, check.queue_id, check.store_timestamp,
@@ -55,12 +87,11 @@ class Dispatcher:
 
     def dispatch_live(self, check: RecordCheck) -> bool:
         """A record reached the dispatch bound: write its unit unless the queue has it."""
-        if not is_dispatchable(check.sys_flag):
+        if not takes_queue_offset(check.sys_flag):
             return False
         queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
-        if check.queue_offset < queue.max_offset:
+        if check.queue_offset < queue.max_offset or not self._put(queue, check):
             return False
-        queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
         self.last_store_timestamp = check.store_timestamp
         return True
 
@@ -68,7 +99,7 @@ class Dispatcher:
         """A record found by recovery: write its unit if its queue lacks it; a queue that lost
         units before it is marked for rebuild."""
         key = (check.topic, check.queue_id)
-        if key in self.to_rebuild or not is_dispatchable(check.sys_flag):
+        if key in self.to_rebuild or not takes_queue_offset(check.sys_flag):
             return False
         queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
         if check.queue_offset < queue.max_offset:
@@ -76,7 +107,8 @@ class Dispatcher:
         if check.queue_offset > queue.max_offset and queue.max_offset > queue.min_offset_in_files:
             self.to_rebuild.add(key)
             return False
-        queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
+        if not self._put(queue, check):
+            return False
         self.last_store_timestamp = check.store_timestamp
         return True
 
@@ -87,8 +119,7 @@ class Dispatcher:
         Queues are independent, so each queue's records (in log order) get the per-record
         rules: skip what the queue holds, a gap marks it for rebuild, a consecutive run is put.
         """
-        sys_type = batch.sys_flag & TRANSACTION_TYPE_MASK
-        keep = (sys_type == 0) | (sys_type == TRANSACTION_COMMIT_TYPE)
+        keep = takes_queue_offset_array(batch.sys_flag)
         if bound is not None:
             keep &= batch.phy_offset + batch.size <= bound
         rows = np.flatnonzero(keep)
@@ -128,10 +159,14 @@ class Dispatcher:
                         unit_tags_code(key[0], key[1], ts, 0, self.delays_ms)
                         for ts in batch.store_timestamp[part].tolist()
                     ], dtype=np.int64)
-                queue.put_batch(int(offsets[i]), batch.phy_offset[part],
-                                batch.size[part].astype(np.int32), tags_codes)
-                count += length
-                last_row = max(last_row, int(part[-1]))  # rows are in log order
+                try:
+                    queue.put_batch(int(offsets[i]), batch.phy_offset[part],
+                                    batch.size[part].astype(np.int32), tags_codes)
+                except QueueOrderError as err:  # a gap at the start of a queue's files
+                    self.refused(*key, err, length)
+                else:
+                    count += length
+                    last_row = max(last_row, int(part[-1]))  # rows are in log order
                 i += length
         if last_row >= 0:
             self.last_store_timestamp = int(batch.store_timestamp[last_row])
@@ -149,12 +184,11 @@ class Dispatcher:
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
-            if (check.topic, check.queue_id) in keys and is_dispatchable(check.sys_flag) \
+            if (check.topic, check.queue_id) in keys and takes_queue_offset(check.sys_flag) \
                     and check.phy_offset + check.size <= bound:
                 queue = self.consume_queues.get_or_create(check.topic, check.queue_id)
-                if check.queue_offset >= queue.max_offset:
-                    queue.put(check.queue_offset, check.phy_offset, check.size,
-                              self._tags_code(check))
+                # A gap left after the rebuild is no torn queue: that record is skipped.
+                if check.queue_offset >= queue.max_offset and self._put(queue, check):
                     count += 1
 
         for mapped in files:

@@ -44,6 +44,16 @@ class EpochFileUnreadableError(CorruptFileError):
     """Both `epochFileCheckpoint` and its `.bak` fail their count or CRC checks."""
 
 
+class QueueOrderError(StoreError):
+    """A consume-queue unit does not follow its queue (a gap, or a different record at an
+    offset the queue holds): the unit is refused and the queue is left as it was."""
+
+
+class DispatchError(StoreError):
+    """A record reached the commitlog but its consume-queue unit was refused
+    (`QueueOrderError`): it will never be served. The request that appended it fails."""
+
+
 class DataInvariantError(Exception):
     """A rule that protects acknowledged data was about to break (never caught locally)."""
 

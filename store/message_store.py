@@ -35,10 +35,17 @@ from store.commitlog import CommitLog
 from store.config import FlushDiskType, StoreConfig
 from store.consume_queue import FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
-from store.dispatch import Dispatcher, is_dispatchable
+from store.dispatch import Dispatcher
 from store.epoch_cache import EpochCache
 from store.epoch_file import EpochFileSource, read_epoch_file, write_epoch_file
-from store.errors import DataInvariantError, DiskFullError, WriteRefusedError
+from store.errors import (
+    DataInvariantError,
+    DiskFullError,
+    DispatchError,
+    MessageIllegalError,
+    QueueOrderError,
+    WriteRefusedError,
+)
 from store.message_format import (
     CheckStatus,
     EncodedBatch,
@@ -50,6 +57,7 @@ from store.message_format import (
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
+from store.transaction_type import batch_transaction_error, takes_queue_offset
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +153,9 @@ class MessageStore:
         self._dispatcher = Dispatcher(self.consume_queues, delays_ms=self._delays_ms)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
+        # The checkpoint's logicsPhysicalOffset (5.5.0, store-format §7): the start of the last
+        # record dispatched before the last consume-queue flush; 0 = unknown.
+        self._logics_physical_offset = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
         self._flush_wakeup: asyncio.Event | None = None
@@ -200,10 +211,20 @@ class MessageStore:
             abnormal=abnormal, checkpoint=loaded, started=started,
         )
         self._confirm_offset = report.confirm_offset
+        # Kept unless recovery cut the log below it (a value from a 5.3.3 run after 5.5.0 may be
+        # stale, i.e. lower: harmless).
+        self._logics_physical_offset = checkpoint.logics_physical_offset \
+            if checkpoint.logics_physical_offset < report.max_phy_offset else 0
         self._rebuild_queue_offsets()
         self._reput_from = max(self.consume_queues.max_phy_offset(), self.commitlog.min_phy_offset)
         self._reput_from = min(self._reput_from, report.max_phy_offset)
         self.dispatch_pending()
+        skipped = self._dispatcher.skipped_total
+        if skipped:
+            log.error("recovery skipped %d record(s) whose consume-queue unit cannot follow "
+                      "its queue: kept in the commitlog, never served (see the ERROR above "
+                      "for each queue)", skipped)
+            report = replace(report, records_skipped=skipped)
         return report
 
     def _load_epoch_file(self, max_phy_offset: int) -> None:
@@ -237,12 +258,16 @@ class MessageStore:
 
         Dispatch runs in log order, so every record below the furthest dispatched one is in
         its queue already (RocketMQ's dispatchFromPhyOffset): only the tail after it is read.
+        A tail record counts only where dispatch will take it: it takes a queue offset and
+        follows its queue (a record that will be skipped must not move the counter, or every
+        later record of the queue would meet the same gap).
         """
         offsets = {(q.topic, q.queue_id): q.max_offset for q in self.consume_queues}
 
         def count(check: RecordCheck) -> None:
             key = (check.topic, check.queue_id)
-            offsets[key] = max(offsets.get(key, 0), check.queue_offset + 1)
+            if takes_queue_offset(check.sys_flag) and check.queue_offset == offsets.get(key, 0):
+                offsets[key] = check.queue_offset + 1
 
         start = max(self.consume_queues.max_phy_offset(), self.commitlog.min_phy_offset)
         self._scan_range(start, self.commitlog.max_phy_offset, count)
@@ -280,8 +305,10 @@ class MessageStore:
         try:
             self.commitlog.flush()
             self._flushed_store_timestamp = self._last_store_timestamp
+            logics_physical_offset = self.consume_queues.last_dispatched_phy_offset()
             self.consume_queues.flush()
             self._logics_flushed_store_timestamp = self._dispatcher.last_store_timestamp
+            self._logics_physical_offset = logics_physical_offset or self._logics_physical_offset
             self._write_checkpoint()
         finally:
             self.commitlog.close()
@@ -311,33 +338,54 @@ class MessageStore:
         return now
 
     def append_message(self, msg: EncodedMessage) -> AppendResult:
-        """Append one message; the record is in the mapping (not yet on disk) on return."""
+        """Append one message; the record is in the mapping (not yet on disk) on return.
+
+        A message that takes no queue offset (PREPARED, ROLLBACK) is stored with queue offset
+        0 and no consume-queue unit. `DispatchError`: appended, but its unit was refused.
+        """
         self._check_writable()
         key = (msg.topic, msg.queue_id)
-        queue_offset = self._queue_offsets.get(key, 0)
-        queue = self.consume_queues.get_or_create(msg.topic, msg.queue_id)
-        queue.prepare_for(queue_offset)
+        takes_offset = takes_queue_offset(msg.sys_flag)
+        queue_offset = self._queue_offsets.get(key, 0) if takes_offset else 0
+        queue = self.consume_queues.get_or_create(msg.topic, msg.queue_id) if takes_offset \
+            else None
+        if queue is not None:
+            queue.prepare_for(queue_offset)
         store_timestamp = self._store_timestamp()
         phy_offset = self.commitlog.append_message(
             msg, queue_offset=queue_offset, store_timestamp=store_timestamp
         )
-        self._queue_offsets[key] = queue_offset + 1
+        if queue is not None:
+            self._queue_offsets[key] = queue_offset + 1
         if self.confirm_follows_max:
             end = phy_offset + msg.total_size
             self._confirm_offset = end
-            if self._reput_from == phy_offset and is_dispatchable(msg.sys_flag):
+            if self._reput_from != phy_offset:
+                self.dispatch_pending()
+            elif queue is None:
+                self._reput_from = end
+            else:
                 # Inline dispatch: the common case needs no second read of the record.
-                queue.put(queue_offset, phy_offset, msg.total_size, unit_tags_code(
-                    msg.topic, msg.queue_id, store_timestamp, msg.tags_code, self._delays_ms))
+                try:
+                    queue.put(queue_offset, phy_offset, msg.total_size, unit_tags_code(
+                        msg.topic, msg.queue_id, store_timestamp, msg.tags_code,
+                        self._delays_ms))
+                except QueueOrderError as err:
+                    raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
-            else:
-                self.dispatch_pending()
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
-        """Append a batch's records contiguously with consecutive queue offsets."""
+        """Append a batch's records contiguously with consecutive queue offsets.
+
+        `MessageIllegalError` for a batch that is not of TRANSACTION_NOT type (as Java);
+        `DispatchError`: appended, but the units were refused.
+        """
         self._check_writable()
+        refusal = batch_transaction_error(batch.sys_flag)
+        if refusal is not None:
+            raise MessageIllegalError(f"topic {batch.topic}: {refusal}")
         key = (batch.topic, batch.queue_id)
         queue_offset = self._queue_offsets.get(key, 0)
         queue = self.consume_queues.get_or_create(batch.topic, batch.queue_id)
@@ -350,15 +398,37 @@ class MessageStore:
         if self.confirm_follows_max:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
-            if self._reput_from == phy_offset and is_dispatchable(batch.sys_flag) \
-                    and batch.topic != SCHEDULE_TOPIC:  # (its units come from the dispatcher)
-                queue.put_contiguous(queue_offset, phy_offset, batch.sizes, batch.tags_codes)
+            if self._reput_from != phy_offset or batch.topic == SCHEDULE_TOPIC:
+                self.dispatch_pending()  # (a schedule-topic batch's units: the dispatcher's)
+            else:
+                try:
+                    queue.put_contiguous(queue_offset, phy_offset, batch.sizes, batch.tags_codes)
+                except QueueOrderError as err:
+                    raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
-            else:
-                self.dispatch_pending()
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
                             store_timestamp)
+
+    def _inline_refused(self, key: tuple[str, int], end: int, err: QueueOrderError
+                        ) -> DispatchError:
+        """The units of the record(s) just appended were refused: this append alone fails.
+        The reput offset moves past them and the queue's counter is realigned with the
+        queue, so the next append to it succeeds."""
+        self._reput_from = end
+        self._dispatcher.refused(*key, err)
+        self._realign_skipped_queues()
+        return DispatchError(f"appended, but it will not be served: {err}")
+
+    def _realign_skipped_queues(self) -> None:
+        """Once dispatch has caught up with the log, a queue that skipped records takes its
+        next queue offset from its consume queue again (undispatched records would otherwise
+        keep the gap open for every later record of that queue)."""
+        if self._reput_from < self.commitlog.max_phy_offset:
+            return
+        for key in self._dispatcher.take_skipped_queues():
+            queue = self.consume_queues.get(*key)
+            self._queue_offsets[key] = queue.max_offset if queue is not None else 0
 
     async def _prepare_files(self, topic: str, queue_id: int, size: int, count: int) -> None:
         """Create, in a worker thread, any file the next append would otherwise create on the
@@ -368,6 +438,8 @@ class MessageStore:
         if start is not None:
             await self._once(("commitlog", start), lambda: self._in_thread(
                 self.commitlog.prepare_next_file, start))
+        if not count:
+            return  # a record that takes no queue offset needs no consume-queue file
         queue = self.consume_queues.get_or_create(topic, queue_id)
         key = (topic, queue_id)
         while (file_start := queue.file_needed_for(self._queue_offsets.get(key, 0), count)) \
@@ -390,7 +462,8 @@ class MessageStore:
 
     async def put_message(self, msg: EncodedMessage) -> PutResult:
         """Append one message and wait for its flush policy."""
-        await self._prepare_files(msg.topic, msg.queue_id, msg.total_size, 1)
+        await self._prepare_files(msg.topic, msg.queue_id, msg.total_size,
+                                  1 if takes_queue_offset(msg.sys_flag) else 0)
         result = self.append_message(msg)
         return PutResult(await self._wait_flush(result.end_offset), result)
 
@@ -430,6 +503,11 @@ class MessageStore:
         return self.commitlog.max_phy_offset if self.confirm_follows_max else self._confirm_offset
 
     @property
+    def dispatch_skipped_total(self) -> int:
+        """Records since open whose consume-queue unit was refused (store/dispatch.py)."""
+        return self._dispatcher.skipped_total
+
+    @property
     def reput_from_offset(self) -> int:
         return self._reput_from
 
@@ -461,6 +539,8 @@ class MessageStore:
 
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
+        if self._dispatcher.skipped:
+            self._realign_skipped_queues()
         return count
 
     # ================================================================ reads
@@ -577,10 +657,14 @@ class MessageStore:
         # crash after the cut never reads as "committed data lost" (M9); then consume queues and
         # commitlog are cut (and fsynced), then the epoch file, so a crash in between never
         # leaves epochs describing bytes that are gone.
+        # logicsPhysicalOffset must never name a record that is gone (store-format §7).
+        if self._logics_physical_offset >= phy_offset:
+            self._logics_physical_offset = 0
         checkpoint = self._checkpoint_value()
-        if checkpoint.confirm_phy_offset > phy_offset:
-            write_checkpoint(self._checkpoint_path,
-                             replace(checkpoint, confirm_phy_offset=phy_offset))
+        on_disk = load_checkpoint(self._checkpoint_path).checkpoint.logics_physical_offset
+        if checkpoint.confirm_phy_offset > phy_offset or (on_disk and on_disk >= phy_offset):
+            write_checkpoint(self._checkpoint_path, replace(
+                checkpoint, confirm_phy_offset=min(checkpoint.confirm_phy_offset, phy_offset)))
         self.consume_queues.truncate_by_phy(phy_offset)
         self.commitlog.truncate_dirty(phy_offset)
         trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
@@ -681,9 +765,12 @@ class MessageStore:
 
     async def flush_consume_queues(self) -> None:
         async with self._disk():
+            # As 5.5.0: captured before the flush, stored after it (only a known value).
             ts = self._dispatcher.last_store_timestamp
+            logics_physical_offset = self.consume_queues.last_dispatched_phy_offset()
             await self._in_thread(self.consume_queues.flush)
             self._logics_flushed_store_timestamp = ts
+            self._logics_physical_offset = logics_physical_offset or self._logics_physical_offset
 
     async def _checkpoint_loop(self) -> None:
         while True:
@@ -701,6 +788,7 @@ class MessageStore:
             index_msg_timestamp=0,
             master_flushed_offset=0,
             confirm_phy_offset=confirm,
+            logics_physical_offset=self._logics_physical_offset,
         )
 
     def _write_checkpoint(self) -> None:

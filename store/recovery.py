@@ -117,20 +117,37 @@ def first_record(
 def start_file_normal(firsts: Sequence[FirstRecord], *, dispatch_from_phy_offset: int) -> int:
     """Index of the file a normal recovery scans from (§9.2 step 2, HEAD rule): the last file
     after the first whose first record is valid, stamped, and already dispatched."""
-    for index in range(len(firsts) - 1, 0, -1):
-        first = firsts[index]
-        if (first.valid and first.store_timestamp != 0
-                and first.phy_offset <= dispatch_from_phy_offset):
-            return index
-    return 0
+    return _last_file(
+        firsts, lambda first: first.phy_offset <= dispatch_from_phy_offset, lowest=1
+    )
 
 
-def start_file_abnormal(firsts: Sequence[FirstRecord], *, min_timestamp: int) -> int:
-    """Index of the file an abnormal recovery scans from (§9.3 step 2): the last file whose
-    first record is valid and stored no later than the checkpoint's min timestamp."""
-    for index in range(len(firsts) - 1, -1, -1):
+def start_file_abnormal(
+    firsts: Sequence[FirstRecord], *, min_timestamp: int, logics_physical_offset: int = 0
+) -> int:
+    """Index of the file an abnormal recovery scans from (§9.3 step 2), the earlier of two rules:
+    5.3.3's, the last file whose first record is valid and stored no later than the
+    checkpoint's min timestamp; and, when the checkpoint's logicsPhysicalOffset is known (> 0),
+    5.5.0's, the last file whose first record is valid, stamped and starts at or before it
+    (without 5.5.0's 10-file look-back cap: starting earlier only costs time)."""
+    by_timestamp = _last_file(
+        firsts, lambda first: first.store_timestamp <= min_timestamp, lowest=0
+    )
+    if logics_physical_offset <= 0:
+        return by_timestamp
+    by_offset = _last_file(
+        firsts, lambda first: first.phy_offset <= logics_physical_offset, lowest=0
+    )
+    return min(by_timestamp, by_offset)
+
+
+def _last_file(
+    firsts: Sequence[FirstRecord], accept: Callable[[FirstRecord], bool], *, lowest: int
+) -> int:
+    """The last index >= lowest whose first record is valid, stamped and accepted, else 0."""
+    for index in range(len(firsts) - 1, lowest - 1, -1):
         first = firsts[index]
-        if first.valid and first.store_timestamp != 0 and first.store_timestamp <= min_timestamp:
+        if first.valid and first.store_timestamp != 0 and accept(first):
             return index
     return 0
 

@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from store.transaction_type import takes_queue_offset
+
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 PROPERTY_DELAY_TIME_LEVEL: Final = "DELAY"
 PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
@@ -27,8 +29,6 @@ UNKNOWN_LEVEL_DELAY_MS: Final = 1000  # computeDeliverTimestamp for a level with
 
 _UNIT_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DELAY: Final = re.compile(r"([0-9]{1,12})([smhd])")
-_TRANSACTION_TYPE_MASK: Final = 0xC  # MessageSysFlag: NOT 0x0, PREPARED 0x4, COMMIT 0x8
-_TRANSACTION_COMMIT_TYPE: Final = 0x8
 _JAVA_INT: Final = re.compile(r"[+-]?[0-9]{1,10}")  # Integer.parseInt, ASCII digits only
 
 
@@ -106,7 +106,7 @@ def transform_delay_level_message(
     `REAL_QID` (and the capped `DELAY`) in place. Anything else keeps (topic, queue_id).
     Raises ValueError for a `DELAY` that is not an int32, as Java's parseInt does.
     """
-    if sys_flag & _TRANSACTION_TYPE_MASK not in (0, _TRANSACTION_COMMIT_TYPE):
+    if not takes_queue_offset(sys_flag):  # Java: TRANSACTION_NOT or COMMIT only
         return topic, queue_id
     level = delay_level_of(properties)
     if level <= 0:

@@ -48,7 +48,7 @@ Units = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
     """What `MessageStore.open()` found and did; `lost_committed` means committed data is gone
-    (M9)."""
+    (M9); `records_skipped` counts records that could not be dispatched."""
 
     abnormal: bool
     checkpoint_bad: bool
@@ -61,6 +61,8 @@ class RecoveryReport:
     confirm_offset: int
     lost_committed: bool
     elapsed_s: float
+    # Records whose consume-queue unit was refused (store/dispatch.py): kept, never served.
+    records_skipped: int = 0
 
 
 def recover_store(
@@ -93,8 +95,11 @@ def recover_store(
         for m in files
     ]
     if abnormal:
-        min_ts = 0 if checkpoint.bad else checkpoint.checkpoint.min_timestamp()
-        start_index = start_file_abnormal(firsts, min_timestamp=min_ts)
+        # A bad checkpoint loads as zeros: min timestamp 0, logicsPhysicalOffset unknown.
+        start_index = start_file_abnormal(
+            firsts, min_timestamp=checkpoint.checkpoint.min_timestamp(),
+            logics_physical_offset=checkpoint.checkpoint.logics_physical_offset,
+        )
         # After a power loss each consume-queue page survived or not on its own: a unit
         # straddling a lost page can keep a valid offset and size with a wrong tagsCode, and in
         # controller mode one queue can keep units past records another queue lost (breaking

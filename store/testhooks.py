@@ -1,6 +1,9 @@
 """Test hooks of the store: the durability journal and fault points (reliability.md §6.11).
 
-Both are off unless configured, and cost one global flag check when off.
+Both are off unless a test turns them on, and cost one global flag check when off. Nothing is
+read from the environment at import: a production broker ignores the variables below unless it
+was started with `--test-hooks` (broker/__main__.py), which calls `enable_from_environment()`;
+test programs (the torture writer) call it themselves.
 
 - Durability journal: line events written to the fd in `PYRMQ_DURABILITY_FD` (a pipe the harness
   reads, so it survives our death) or to an in-process sink set by `configure_journal()`:
@@ -11,7 +14,9 @@ Both are off unless configured, and cost one global flag check when off.
   Paths are relative to the root given to `configure_journal()` (the store root).
 - Fault points: `PYRMQ_FAULTPOINTS="name:count[:action][,name:count[:action]...]"`. On the
   `count`-th hit of `name` the action runs: `kill` (SIGKILL self, the default), `enospc` or `eio`
-  (raise that OSError), `delay` (sleep 1 s).
+  (raise that OSError), `delay` (sleep 1 s). With fault points on, writes still take the C path
+  production uses; only `commitlog.append.after_header`, which needs a half-written record,
+  switches appends to the Python writer while it is armed.
 """
 
 from __future__ import annotations
@@ -47,11 +52,9 @@ def _fd_sink(fd: int) -> JournalSink:
 
 
 def configure_journal(root: Path | None, sink: JournalSink | None = None) -> None:
-    """Turn the journal on (sink given, or PYRMQ_DURABILITY_FD set) or off (neither)."""
+    """Turn the journal on (a sink given) or off (none)."""
     # Module globals on purpose: hot paths test one flag with no attribute chain.
     global JOURNAL_ON, _journal_sink, _journal_root  # noqa: PLW0603
-    if sink is None and (fd := os.environ.get("PYRMQ_DURABILITY_FD")):
-        sink = _fd_sink(int(fd))
     _journal_sink = sink
     _journal_root = root
     JOURNAL_ON = sink is not None
@@ -63,10 +66,23 @@ def set_journal_root(root: Path) -> None:
     _journal_root = root
 
 
-def configure_faults(spec: str | None = None) -> None:
-    """Parse a fault-point spec (default: `PYRMQ_FAULTPOINTS`); an empty spec turns them off."""
+def enable_from_environment() -> None:
+    """Turn on what `PYRMQ_FAULTPOINTS` and `PYRMQ_DURABILITY_FD` ask for (tests only).
+    Raises ValueError, naming the variable, for a malformed value."""
+    try:
+        configure_faults(os.environ.get("PYRMQ_FAULTPOINTS", ""))
+    except ValueError as err:
+        raise ValueError(f"PYRMQ_FAULTPOINTS: {err}") from err
+    fd = os.environ.get("PYRMQ_DURABILITY_FD")
+    if fd:
+        if not fd.isdigit():
+            raise ValueError(f"PYRMQ_DURABILITY_FD: {fd!r} is not a file descriptor")
+        configure_journal(_journal_root, _fd_sink(int(fd)))
+
+
+def configure_faults(spec: str) -> None:
+    """Parse a fault-point spec; an empty spec turns them off."""
     global FAULTS_ON  # noqa: PLW0603
-    spec = os.environ.get("PYRMQ_FAULTPOINTS", "") if spec is None else spec
     faults: dict[str, tuple[int, str]] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, rest = item.partition(":")
@@ -82,6 +98,13 @@ def configure_faults(spec: str | None = None) -> None:
         _faults.update(faults)
         _hits.clear()
     FAULTS_ON = bool(faults)
+
+
+def armed(name: str) -> bool:
+    """True while fault point `name` is configured and has not fired yet."""
+    with _lock:
+        fault = _faults.get(name)
+        return fault is not None and _hits.get(name, 0) < fault[0]
 
 
 def fault_point(name: str) -> None:
@@ -135,6 +158,3 @@ def journal_atomic_replaced(path: Path | str, data: bytes) -> None:
 def journal_truncated(path: Path | str, offset: int) -> None:
     _emit(f"T {_rel(path)} {offset}")
 
-
-configure_faults()
-configure_journal(None)

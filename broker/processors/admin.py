@@ -32,14 +32,12 @@ from broker.runtime_stats import RuntimeStats
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
 from remoting.bodies import KVTable, TopicConfig, TopicFilterType
-from remoting.codes import PYRMQ_VERSION, ResponseCode
+from remoting.codes import PYRMQ_VERSION, PYRMQ_VERSION_DESC, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.fastjson import dump_fastjson
 from remoting.headers import CommandHeader, CreateTopicRequestHeader
 from store.message_store import MessageStore
-
-VERSION_DESC = "V5_3_3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +279,7 @@ class AdminProcessor:
             except IndexError:
                 earliest = 0
         return {
-            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersionDesc": PYRMQ_VERSION_DESC,
             "brokerVersion": str(PYRMQ_VERSION),
             "brokerActive": "true",
             "bootTimestamp": str(self._boot_timestamp_ms),

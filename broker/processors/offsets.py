@@ -31,6 +31,7 @@ from remoting.headers import (
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
+    refuse_lite_topic,
 )
 from store.errors import RecordCorruptError
 from store.message_store import MessageStore
@@ -116,6 +117,7 @@ class OffsetProcessor:
         """LOWER (default): the first offset stored at or after `timestamp`; UPPER: the last
         offset stored at or before it (the queue's min offset if none is)."""
         header = SearchOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        refuse_lite_topic(header)
         if header.boundary_type is BoundaryType.UPPER:
             after = self._store.offset_by_time(header.topic, header.queue_id,
                                                header.timestamp + 1)

@@ -38,7 +38,11 @@ from broker.topic_config import TopicConfigManager, is_readable
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
-from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from remoting.headers import (
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    refuse_lite_topic,
+)
 from store.message_store import GetMessageResult, GetStatus, MessageStore
 
 log = logging.getLogger(__name__)
@@ -111,6 +115,7 @@ class PullProcessor:
     ) -> RemotingCommand:
         """Answer PULL_MESSAGE, holding it first if it may be suspended and finds nothing."""
         header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        refuse_lite_topic(header)
         response, tag_filter = await self._process(request, header, allow_suspend=True)
         if response is not None:
             return response

@@ -14,7 +14,9 @@ changes nothing at all (reliability.md P5). The codes:
   `maxMessageSize`, properties over 32767 bytes with the CRC reservation), a malformed batch,
   a batch to a retry topic or with a transactional/delay flag;
 - 17 TOPIC_NOT_EXIST: unknown topic and no auto-creation; 26 for a retry topic of an unknown group.
-Every non-success code except 10 means nothing was appended (reliability.md M2).
+Every non-success code except 10 means nothing was appended (reliability.md M2), with one
+exception: SYSTEM_ERROR "appended, but it will not be served" (`DispatchError`), a record whose
+consume-queue unit its queue refused (store/dispatch.py); it is in the commitlog, never served.
 
 A message with a positive `DELAY` property is stored in `SCHEDULE_TOPIC_XXXX` (queue level - 1,
 real topic and queue in `REAL_TOPIC`/`REAL_QID`, store/schedule.py); the schedule service
@@ -88,6 +90,7 @@ from store.schedule import (
     time_up_destination,
     transform_delay_level_message,
 )
+from store.transaction_type import batch_transaction_error
 
 log = logging.getLogger(__name__)
 
@@ -427,6 +430,9 @@ class SendProcessor:
         if _true(batch_properties.get(PROPERTY_TRANSACTION_PREPARED)):
             return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
                                 "batch message does not support transaction")
+        transaction_refusal = batch_transaction_error(header.sys_flag)
+        if transaction_refusal is not None:  # the store refuses it too; refused before creating
+            return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, transaction_refusal)
         delay = batch_properties.get(PROPERTY_DELAY_TIME_LEVEL)
         if delay is not None and delay.strip() not in ("", "0"):
             return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,

@@ -15,7 +15,7 @@ from broker.client import BrokerClient, Message, Producer, PullConsumer, PullSta
 from broker.errors import BrokerClientError
 from broker.node import BrokerNode
 from remoting.bodies import ConsumeType
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import PYRMQ_VERSION_DESC, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader
 from store.message_format import HostPort, MessageRecord, encode_properties, offset_msg_id
@@ -314,7 +314,7 @@ async def test_runtime_info_and_search_offset(broker: BrokerNode, client: Broker
     assert info["commitLogMaxOffset"] == str(broker.store.max_phy_offset)
     assert info["commitLogMinOffset"] == "0"
     assert info["msgPutTotalTodayNow"] == "3"
-    assert info["brokerVersionDesc"] == "V5_3_3"
+    assert info["brokerVersionDesc"] == PYRMQ_VERSION_DESC
     assert info["runtime"].startswith("[ 0 days")
     assert len(info["putTps"].split(" ")) == 3  # what `mqadmin clusterList` splits
     assert await client.search_offset(TOPIC, 0, before - 10_000) == 0

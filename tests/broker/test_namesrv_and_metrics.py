@@ -11,7 +11,7 @@ import pytest
 from broker.client import Message, Producer
 from broker.node import BrokerNode
 from remoting.bodies import RegisterBrokerBody
-from remoting.codes import RequestCode
+from remoting.codes import PYRMQ_VERSION, RequestCode
 from remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from store.message_format import crc32
 from tests.broker.support import (
@@ -40,7 +40,7 @@ async def test_registers_at_start_on_topic_change_and_unregisters_at_stop(
                 "broker-a", "DefaultCluster", 0)
             assert header.body_crc32 == crc32(request.body)
             assert (header.compressed, header.enable_acting_master) == (False, False)
-            assert request.version == 479
+            assert request.version == PYRMQ_VERSION == 513
             body = RegisterBrokerBody.decode(request.body)
             topics = body.topic_config_serialize_wrapper.topic_config_table
             assert "TBW102" in topics

@@ -19,6 +19,7 @@ import os
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -27,7 +28,6 @@ import pytest
 
 from broker.client import BrokerClient, PullStatus
 from store.message_format import MessageRecord
-from tests.interop.conftest import PyrmqCluster
 from tests.interop.output import (
     ConsumeResult,
     Sent,
@@ -35,6 +35,7 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
 from tests.interop.routes import wait_for_route
 
 pytestmark = pytest.mark.interop
@@ -52,6 +53,24 @@ FAIL_EVERY: Final = 5
 TAG_A_COUNT: Final = len(MODES) * PER_MODE
 CLIENT_QUEUE_NUMS: Final = 4  # the C++ producer's default topic queue count
 RUN_TIMEOUT_S: Final = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class CppCluster:
+    """pyrmq's name server and broker for the C++ client: no Java, so, unlike the Java tests,
+    these run once, not once per RocketMQ release."""
+
+    namesrv: PyrmqProcess
+    broker: PyrmqProcess
+
+
+@pytest.fixture(scope="module")
+def cpp_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CppCluster]:
+    with PyrmqEnv(tmp_path_factory.mktemp("cpp-cluster")) as env:
+        namesrv = env.start_namesrv()
+        yield CppCluster(namesrv, env.start_broker(namesrv))
+        exit_codes = env.stop_all()
+        assert set(exit_codes.values()) == {0}, f"{exit_codes}\n{env.diagnostics()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +95,10 @@ def run_cpp(tmp_path: Path, *args: object) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def produced(
-    pyrmq_cluster: PyrmqCluster, tmp_path_factory: pytest.TempPathFactory
+    cpp_cluster: CppCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Produced]:
     home = tmp_path_factory.mktemp("cpp-produce")
-    namesrv = pyrmq_cluster.namesrv.addr
+    namesrv = cpp_cluster.namesrv.addr
     results: dict[str, Produced] = {}
     for mode, tag, count, prefix in [
         *((mode, "TagA", PER_MODE, mode) for mode in MODES),
@@ -96,14 +115,14 @@ def produced(
     return results
 
 
-async def create_topic(cluster: PyrmqCluster, topic: str) -> None:
+async def create_topic(cluster: CppCluster, topic: str) -> None:
     host, port = cluster.broker.addr.rsplit(":", 1)
     async with await BrokerClient.connect(host, int(port)) as client:
         await client.create_topic(topic, read_queue_nums=CLIENT_QUEUE_NUMS,
                                   write_queue_nums=CLIENT_QUEUE_NUMS)
 
 
-async def stored_in(cluster: PyrmqCluster, topic: str) -> list[MessageRecord]:
+async def stored_in(cluster: CppCluster, topic: str) -> list[MessageRecord]:
     """Every message of `topic` as pyrmq stores it, pulled with pyrmq's own client."""
     host, port = cluster.broker.addr.rsplit(":", 1)
     records: list[MessageRecord] = []
@@ -119,7 +138,7 @@ async def stored_in(cluster: PyrmqCluster, topic: str) -> list[MessageRecord]:
     return records
 
 
-async def stored_messages(cluster: PyrmqCluster) -> dict[str, MessageRecord]:
+async def stored_messages(cluster: CppCluster) -> dict[str, MessageRecord]:
     """Every message of TOPIC by key; a key stored twice fails."""
     records: dict[str, MessageRecord] = {}
     for record in await stored_in(cluster, TOPIC):
@@ -134,9 +153,9 @@ def tag_a_keys() -> set[str]:
 
 
 def test_every_cpp_send_is_stored_once_with_its_tag_key_and_body(
-    pyrmq_cluster: PyrmqCluster, produced: dict[str, Produced]
+    cpp_cluster: CppCluster, produced: dict[str, Produced]
 ) -> None:
-    stored = asyncio.run(stored_messages(pyrmq_cluster))
+    stored = asyncio.run(stored_messages(cpp_cluster))
     expected = tag_a_keys() | {f"other-{index}" for index in range(TAG_B_COUNT)}
     assert set(stored) == expected
     for key, record in stored.items():
@@ -150,9 +169,9 @@ def test_every_cpp_send_is_stored_once_with_its_tag_key_and_body(
 
 
 def test_orderly_sends_sit_in_their_shard_queue_in_send_order(
-    pyrmq_cluster: PyrmqCluster, produced: dict[str, Produced]
+    cpp_cluster: CppCluster, produced: dict[str, Produced]
 ) -> None:
-    stored = asyncio.run(stored_messages(pyrmq_cluster))
+    stored = asyncio.run(stored_messages(cpp_cluster))
     by_queue: dict[int, list[tuple[int, int]]] = {}
     for sent in produced["orderly"].sent:
         index = int(sent.key.rsplit("-", 1)[1])
@@ -175,10 +194,10 @@ def failure(result: ConsumeResult) -> str:
 
 @pytest.mark.usefixtures("produced")
 def test_cpp_push_consumer_gets_every_tag_a_message_and_its_rejected_ones_again(
-    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+    cpp_cluster: CppCluster, tmp_path: Path
 ) -> None:
     result = consume(
-        tmp_path, "push", pyrmq_cluster.namesrv.addr, "cpp_push", TOPIC, "TagA", TAG_A_COUNT,
+        tmp_path, "push", cpp_cluster.namesrv.addr, "cpp_push", TOPIC, "TagA", TAG_A_COUNT,
         f"--fail-every={FAIL_EVERY}", "--linger-ms=1000", "--timeout-s=90",
     )  # fmt: skip
     assert result.done, failure(result)
@@ -202,10 +221,10 @@ def test_cpp_push_consumer_gets_every_tag_a_message_and_its_rejected_ones_again(
 
 @pytest.mark.usefixtures("produced")
 def test_cpp_pull_consumer_reads_every_tag_a_message(
-    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+    cpp_cluster: CppCluster, tmp_path: Path
 ) -> None:
     result = consume(
-        tmp_path, "pull", pyrmq_cluster.namesrv.addr, "cpp_pull", TOPIC, "TagA", TAG_A_COUNT,
+        tmp_path, "pull", cpp_cluster.namesrv.addr, "cpp_pull", TOPIC, "TagA", TAG_A_COUNT,
         "--timeout-s=60",
     )  # fmt: skip
     assert result.done, failure(result)
@@ -215,10 +234,10 @@ def test_cpp_pull_consumer_reads_every_tag_a_message(
 
 @pytest.mark.usefixtures("produced")
 def test_cpp_orderly_push_consumer_consumes_each_queue_in_order(
-    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+    cpp_cluster: CppCluster, tmp_path: Path
 ) -> None:
     result = consume(
-        tmp_path, "push", pyrmq_cluster.namesrv.addr, "cpp_orderly", TOPIC, "TagA",
+        tmp_path, "push", cpp_cluster.namesrv.addr, "cpp_orderly", TOPIC, "TagA",
         TAG_A_COUNT, "--orderly", "--linger-ms=500", "--timeout-s=90",
     )  # fmt: skip
     assert result.done, failure(result)
@@ -231,26 +250,26 @@ def test_cpp_orderly_push_consumer_consumes_each_queue_in_order(
 
 
 def test_cpp_delayed_sends_reach_their_topic_after_the_level_delay(
-    pyrmq_cluster: PyrmqCluster, tmp_path: Path
+    cpp_cluster: CppCluster, tmp_path: Path
 ) -> None:
     topic, count = "PyrmqCppDelay", 10
     # Created up front: a new topic's first C++ send waits on a TBW102 route lookup that a
     # loaded machine can time out (the module's first sends cover auto-creation).
-    asyncio.run(create_topic(pyrmq_cluster, topic))
-    wait_for_route(pyrmq_cluster.namesrv.addr, topic)
+    asyncio.run(create_topic(cpp_cluster, topic))
+    wait_for_route(cpp_cluster.namesrv.addr, topic)
     before_ms = time.time_ns() // 1_000_000
     run = run_cpp(
-        tmp_path, "produce", pyrmq_cluster.namesrv.addr, topic, count, "sync", "TagA",
+        tmp_path, "produce", cpp_cluster.namesrv.addr, topic, count, "sync", "TagA",
         "--key-prefix=delayed", "--delay-level=2",
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     result = consume(
-        tmp_path, "pull", pyrmq_cluster.namesrv.addr, "cpp_delay", topic, "*", count,
+        tmp_path, "pull", cpp_cluster.namesrv.addr, "cpp_delay", topic, "*", count,
         "--timeout-s=60",
     )  # fmt: skip
     assert result.done, failure(result)
     assert set(result.key_counts()) == {f"delayed-{i}" for i in range(count)}
-    stored = asyncio.run(stored_in(pyrmq_cluster, topic))
+    stored = asyncio.run(stored_in(cpp_cluster, topic))
     assert len(stored) == count
     for record in stored:
         assert record.store_timestamp >= before_ms + 5_000, record  # level 2: 5 s

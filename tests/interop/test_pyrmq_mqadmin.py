@@ -1,4 +1,4 @@
-"""`mqadmin` (Apache RocketMQ 5.3.3 rocketmq-tools) against pyrmq's name server and broker:
+"""`mqadmin` (Apache RocketMQ rocketmq-tools, each release) against pyrmq's name server and broker:
 updateTopic, topicList, topicStatus, clusterList and brokerStatus succeed and print pyrmq's data.
 
 A topic is created with `updateTopic -r 3 -w 5`, then pyrmq's own client stores 3 messages in
@@ -16,6 +16,7 @@ import pytest
 
 from broker.client import BrokerClient, Message, Producer
 from remoting.bodies import PERM_READ, PERM_WRITE, TopicConfig
+from remoting.codes import PYRMQ_VERSION_DESC
 from tests.interop.conftest import PyrmqCluster
 from tests.interop.pyrmq_env import PyrmqProcess
 from tests.interop.routes import wait_for_route
@@ -124,7 +125,8 @@ def test_topic_status_shows_every_queues_offsets(
 def test_cluster_list_shows_the_pyrmq_broker(pyrmq_cluster: PyrmqCluster) -> None:
     done = pyrmq_cluster.java.mqadmin(pyrmq_cluster.namesrv.addr, "clusterList")
     rows = [line.split() for line in done.stdout.splitlines()]
-    assert ["DefaultCluster", "broker-a", "0", pyrmq_cluster.broker.addr, "V5_3_3"] in [
+    assert ["DefaultCluster", "broker-a", "0", pyrmq_cluster.broker.addr,
+            PYRMQ_VERSION_DESC] in [
         row[:5] for row in rows
     ], done.stdout
 
@@ -146,7 +148,7 @@ def test_broker_status_prints_the_runtime_info(
             return await client.runtime_info()
 
     assert set(printed) == set(asyncio.run(runtime_info())), done.stdout
-    assert printed["brokerVersionDesc"] == "V5_3_3"
+    assert printed["brokerVersionDesc"] == PYRMQ_VERSION_DESC
     assert printed["brokerActive"] == "true"
     assert int(printed["msgPutTotalTodayNow"]) >= sum(MESSAGES_BY_QUEUE.values())
     assert int(printed["commitLogMaxOffset"]) > 0

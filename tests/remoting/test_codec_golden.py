@@ -1,7 +1,9 @@
 """Golden frames from spec/remoting-protocol.md §1, §3 and §15, byte for byte.
 
 Each vector is decoded and re-encoded: decoding must yield the documented fields, and encoding
-the same command must give the documented bytes (Java's exact output).
+the same command must give the documented bytes (Java's exact output). The vectors are Java
+5.3.3's (header version 479); pyrmq announces 5.5.0 (PYRMQ_VERSION 513), so commands built here
+are set to 479 to emulate 5.3.3 — the only difference between the two releases' bytes (§2).
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from remoting.codec import (
     encode,
     encode_head,
 )
-from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from remoting.codes import (
+    JAVA_VERSION_5_3_3,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from remoting.command import RemotingCommand
 from remoting.headers import (
     PullMessageRequestHeader,
@@ -142,7 +150,8 @@ def decode_one(frame: bytes) -> RemotingCommand:
 
 
 def test_get_metadata_json_frame_matches_spec() -> None:
-    command = RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO, opaque=1)
+    command = RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO, opaque=1,
+                              version=JAVA_VERSION_5_3_3)
     frame = encode(command)
     assert frame[:8] == bytes.fromhex("00000066 00000062")
     assert frame[8:] == GET_METADATA_JSON_HEADER
@@ -154,6 +163,7 @@ def test_get_metadata_rocketmq_frame_matches_spec() -> None:
         code=RequestCode.CONTROLLER_GET_METADATA_INFO,
         opaque=1,
         serialize_type=SerializeType.ROCKETMQ,
+        version=JAVA_VERSION_5_3_3,
     )
     assert encode(command) == GET_METADATA_ROCKETMQ_FRAME
     assert decode_one(GET_METADATA_ROCKETMQ_FRAME) == command
@@ -216,7 +226,8 @@ def test_send_message_v2_request_frame_matches_spec() -> None:
     rebuilt = RemotingCommand.request(
         RequestCode.SEND_MESSAGE_V2, header.to_ext_fields_v2(), b"Hello RocketMQ"
     )
-    assert encode(dataclasses.replace(rebuilt, opaque=42)) == SEND_V2_FRAME
+    assert encode(dataclasses.replace(rebuilt, opaque=42, version=JAVA_VERSION_5_3_3)) == \
+        SEND_V2_FRAME
     assert encode_head(command) + command.body == SEND_V2_FRAME
 
 
@@ -234,7 +245,7 @@ def test_send_message_response_frame_matches_spec() -> None:
             "queueOffset": "17",
         },
     )
-    frame = encode(response)
+    frame = encode(dataclasses.replace(response, version=JAVA_VERSION_5_3_3))
     assert frame[:8] == bytes.fromhex("00000120 0000011c")
     assert frame[8:] == SEND_RESPONSE_HEADER
     decoded = decode_one(frame)
@@ -291,6 +302,7 @@ def test_pull_found_response_frame_matches_spec() -> None:
         },
         body=STORED_RECORD,
     )
+    response = dataclasses.replace(response, version=JAVA_VERSION_5_3_3)
     frame = encode(response)
     assert len(frame) == 455
     assert frame[:0x100] == PULL_RESPONSE_FRAME_START[:0x100]

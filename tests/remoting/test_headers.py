@@ -90,6 +90,7 @@ WIRE_KEYS: dict[type[CommandHeader], Sequence[str]] = {
         "requestSource",
         "proxyFrowardClientId",
         "bname",
+        "liteTopic",  # 5.5.0
     ],
     PullMessageResponseHeader: [
         "suggestWhichBrokerId",
@@ -121,7 +122,9 @@ WIRE_KEYS: dict[type[CommandHeader], Sequence[str]] = {
     GetMaxOffsetResponseHeader: ("offset",),
     GetMinOffsetRequestHeader: ["topic", "queueId", "bname"],
     GetMinOffsetResponseHeader: ("offset",),
-    SearchOffsetRequestHeader: ["topic", "queueId", "timestamp", "boundaryType", "bname"],
+    SearchOffsetRequestHeader: [
+        "topic", "queueId", "timestamp", "boundaryType", "bname", "liteTopic",  # 5.5.0
+    ],
     SearchOffsetResponseHeader: ("offset",),
     HeartbeatRequestHeader: (),
     HeartbeatResponseHeader: ("IS_SUPPORT_HEART_BEAT_V2", "IS_SUB_CHANGE"),

@@ -9,7 +9,14 @@ import pytest
 
 from remoting.client import ClientLimits, RemotingClient
 from remoting.codec import encode
-from remoting.codes import ONEWAY_FLAG, LanguageCode, RequestCode, ResponseCode, SerializeType
+from remoting.codes import (
+    ONEWAY_FLAG,
+    PYRMQ_VERSION,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.errors import (
@@ -32,7 +39,7 @@ async def test_response_echoes_opaque_and_sets_the_response_flag() -> None:
         await peer.send(encode(request))
         response = await peer.read_command()
         assert (response.opaque, response.flag, response.code) == (77, 1, ResponseCode.SUCCESS)
-        assert (response.language, response.version) == (LanguageCode.JAVA, 479)
+        assert (response.language, response.version) == (LanguageCode.JAVA, PYRMQ_VERSION)
         assert (response.ext_fields, response.body) == ({"k": "v"}, b"hi")
         assert response.serialize_type == SerializeType.JSON
         await peer.close()

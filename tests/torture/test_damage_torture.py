@@ -199,37 +199,54 @@ class CheckpointView:
     bad: bool
     min_timestamp: int
     confirm_offset: int
+    logics_physical_offset: int
 
 
 def read_checkpoint_twin(data: bytes | None) -> CheckpointView:
-    """Absent: zeros. Bad: not 4096 bytes, a pyrmq trailer with a wrong CRC, or (no trailer)
-    anything but zeros after the 40 field bytes, where Java never writes."""
+    """Absent: zeros. Bad: not 4096 bytes, a pyrmq trailer (at 48, or the earlier one at 40)
+    with a wrong CRC, or (no trailer) anything but zeros after the 48 field bytes, where Java
+    never writes."""
     if data is None:
-        return CheckpointView(False, 0, 0)
+        return CheckpointView(False, 0, 0, 0)
     if len(data) != 4096:
-        return CheckpointView(True, 0, 0)
-    physic, logics, _, _, confirm = struct.unpack_from(">qqqqq", data)
-    if data[40:48] == b"PYRMQCK1":
+        return CheckpointView(True, 0, 0, 0)
+    physic, logics, _, _, confirm, logics_phy = struct.unpack_from(">qqqqqq", data)
+    if data[48:56] == b"PYRMQCK2":
+        stored = int.from_bytes(data[56:60], "big", signed=True)
+        bad = stored != zlib.crc32(data[:48]) & 0x7FFFFFFF
+    elif data[40:48] == b"PYRMQCK1":
         stored = int.from_bytes(data[48:52], "big", signed=True)
         bad = stored != zlib.crc32(data[:40]) & 0x7FFFFFFF
+        logics_phy = 0
     else:
-        bad = any(data[40:])
+        bad = any(data[48:])
     if bad:
-        return CheckpointView(True, 0, 0)
-    return CheckpointView(False, max(min(physic, logics) - MIN_TIMESTAMP_MARGIN_MS, 0), confirm)
+        return CheckpointView(True, 0, 0, 0)
+    return CheckpointView(
+        False, max(min(physic, logics) - MIN_TIMESTAMP_MARGIN_MS, 0), confirm, logics_phy
+    )
 
 
 def window_start(base: Base, *, abnormal: bool, checkpoint: CheckpointView) -> int:
-    """Where recovery starts scanning: §9.2 HEAD rule, or §9.3 by checkpoint min timestamp."""
+    """Where recovery starts scanning: §9.2 HEAD rule, or §9.3 by checkpoint min timestamp or
+    (if earlier) by its logicsPhysicalOffset."""
     layout = base.layout
     firsts = {r.start: r for r in layout.records if r.start % FILE_SIZE == 0}
     starts = list(range(0, layout.max_phy_offset, FILE_SIZE))
     if abnormal:
+        by_timestamp = by_offset = 0
         for start in reversed(starts):
             first = firsts.get(start)
             if first and 0 < first.store_timestamp <= checkpoint.min_timestamp:
-                return start
-        return 0
+                by_timestamp = start
+                break
+        for start in reversed(starts):
+            first = firsts.get(start)
+            if first and first.store_timestamp and first.start <= checkpoint.logics_physical_offset:
+                by_offset = start
+                break
+        return min(by_timestamp, by_offset) if checkpoint.logics_physical_offset > 0 else \
+            by_timestamp
     dispatch_from = max(r.end for r in layout.records)
     for start in reversed(starts[1:]):
         first = firsts.get(start)
@@ -386,7 +403,7 @@ def damage_metadata(root: Path, base: Base, rng: random.Random, kind: str) -> Ex
         elif kind == "g-checkpoint-truncate":
             del data[rng.randrange(len(data)) :]
         elif kind == "g-checkpoint-flip":
-            data[rng.randrange(52)] ^= 1 << rng.randrange(8)
+            data[rng.randrange(60)] ^= 1 << rng.randrange(8)
         else:
             data = bytearray(len(data))
         path.write_bytes(bytes(data))

@@ -3,7 +3,8 @@
     python -m tests.torture.writer --root DIR --seed S --phase 1
     python -m tests.torture.writer --root DIR --seed S --phase 2 [--truncate-to T]
 
-Phase 1 opens a fresh store, prints `READY`, runs the seed's plan (`kill_plan`) and prints its
+Phase 1 opens a fresh store, prints `READY C` (or `READY python`: the writer its appends
+use), runs the seed's plan (`kill_plan`) and prints its
 progress lines (driver.py) line-buffered; a fault point from `PYRMQ_FAULTPOINTS` or the parent
 kills it on the way. If nothing did, it prints `END` and SIGKILLs itself: the store is never
 closed cleanly.
@@ -26,7 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from store import testhooks
+from store.commitlog import HALF_WRITE_FAULT
 from store.message_store import MessageStore
+from store.native import native
 from tests.torture.driver import Driver, FakeClock
 from tests.torture.workload import (
     BASE_TIMESTAMP_MS,
@@ -69,7 +73,9 @@ async def phase_1(root: Path, seed: int) -> None:
     clock = FakeClock(BASE_TIMESTAMP_MS)
     store = MessageStore(torture_config(root, controller=plan.controller), wall_ms=clock)
     store.open()
-    print("READY")
+    # Which writer this case's appends use: C (production's) unless the half-write fault is armed.
+    c_writes = native is not None and not testhooks.armed(HALF_WRITE_FAULT)
+    print("READY C" if c_writes else "READY python")
     driver = Driver(store, clock, controller=plan.controller, emit=print)
     for op in plan.ops:
         await driver.apply(op)
@@ -99,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phase", type=int, choices=(1, 2), required=True)
     parser.add_argument("--truncate-to", type=int, default=None)
     args = parser.parse_args(argv)
+    testhooks.enable_from_environment()  # the parent's PYRMQ_FAULTPOINTS
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if args.phase == 1:
         asyncio.run(phase_1(args.root, args.seed))
