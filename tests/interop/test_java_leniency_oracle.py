@@ -5,6 +5,13 @@ decoders) in one JVM (`LeniencyOracle`), and Java's answer must be the row's exp
 For a header, "REFUSED" in a row means pyrmq answers the request with an error. Java either
 throws (fast-codec headers) or leaves a required field null, which its processor then fails on;
 both count as Java refusing.
+
+The tables copy 5.3.3's fastjson 1.2.83. 5.5.0 decodes bodies with fastjson2, which answers ten
+of the rows differently (`FASTJSON2_ANSWERS`: decimal strings truncated, null and "" giving 0
+instead of the field's initial value, fewer boolean spellings); pyrmq cannot be both, keeps
+1.2.83's rules for now, and this test pins what 5.5.0 does so that the difference stays known.
+No client sends these forms: the C++ client's string numbers, ordinals and omitted fields
+decode alike in both.
 """
 
 from __future__ import annotations
@@ -63,6 +70,21 @@ def header_case(decode: object, field: str, text: str) -> tuple[str, str, dict[s
     return HEADER_PACKAGE + "PullMessageRequestHeader", getter, {**rules.PULL, field: text}
 
 
+# (decode function name, JSON value) -> what RocketMQ 5.5.0 (fastjson2) answers instead.
+FASTJSON2_ANSWERS: Final = {
+    ("read_queue_nums", '"8.5"'): "8",
+    ("read_queue_nums", '""'): "0",
+    ("read_queue_nums", '"null"'): "0",
+    ("read_queue_nums", "null"): "0",
+    ("read_queue_nums", "{}"): "0",
+    ("counter", '"8.0"'): "8",
+    ("order", "1.7"): "false",
+    ("order", '"y"'): "REFUSED",
+    ("order", '"T"'): "REFUSED",
+    ("order", '"f"'): "REFUSED",
+}
+
+
 def java_text(value: object) -> str:
     """How Java prints the value a row expects."""
     if value is None:
@@ -74,13 +96,17 @@ def java_text(value: object) -> str:
     return str(value)
 
 
-def test_every_rule_row_is_what_java_does(java_env: JavaEnv, tmp_path: Path) -> None:
+def test_every_rule_row_is_what_java_does(
+    java_env: JavaEnv, rocketmq_version: str, tmp_path: Path
+) -> None:
     lines: list[str] = []
     expected: list[tuple[str, set[str]]] = []
     for decode, json_value, value, java in rules.BODY_RULES:
         java_class, getter, template = BODIES[decode]
         lines.append("\t".join(["body", java_class, getter, template % json_value]))
         wanted = {"REFUSED"} if value == rules.REFUSED else {java_text(value)}
+        if rocketmq_version != "5.3.3" and (decode.__name__, json_value) in FASTJSON2_ANSWERS:
+            wanted = {FASTJSON2_ANSWERS[decode.__name__, json_value]}
         expected.append((f"body {decode.__name__}={json_value} ({java})", wanted))
     for header_decode, field, text, value, java in rules.HEADER_RULES:
         java_class, getter, fields = header_case(header_decode, field, text)
