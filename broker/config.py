@@ -36,6 +36,7 @@ from broker.errors import BrokerConfigError
 from broker.properties import PropertyEntry, parse_properties
 from remoting.fastjson import java_int
 from store.config import FlushDiskType, StoreConfig
+from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 
 
 class BrokerRole(enum.Enum):
@@ -170,6 +171,8 @@ class BrokerConfig:
     check_crc_on_recover: bool = True
     force_verify_prop_crc: bool = True
     read_uncommitted: bool = False
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    flush_delay_offset_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if self.ha_listen_port == 0 and self.listen_port != 0:
@@ -211,6 +214,7 @@ class BrokerConfig:
             force_verify_prop_crc=self.force_verify_prop_crc,
             enable_controller_mode=self.enable_controller_mode,
             read_uncommitted=self.read_uncommitted,
+            message_delay_level=self.message_delay_level,
         )
 
 
@@ -303,6 +307,11 @@ class _Key:
     important: bool = False
 
 
+def _delay_levels(text: str) -> object:
+    parse_message_delay_level(text)  # DelayLevelError is a ValueError: reported like others
+    return text
+
+
 _INT = _non_negative(_parse_int32)
 _LONG = _non_negative(_parse_int64)
 
@@ -379,6 +388,8 @@ KEYS: Final[Mapping[str, _Key]] = {
     "maxMessageSize": _Key("max_message_size", _INT),
     "flushDiskType": _Key("flush_disk_type", _enum_parser(FlushDiskType), important=True),
     "flushIntervalCommitLog": _Key("flush_interval_commit_log_ms", _INT),
+    "messageDelayLevel": _Key("message_delay_level", _delay_levels),
+    "flushDelayOffsetInterval": _Key("flush_delay_offset_interval_ms", _LONG),
     "flushCommitLogLeastPages": _Key("flush_commit_log_least_pages", _INT),
     "flushIntervalConsumeQueue": _Key("flush_interval_consume_queue_ms", _INT),
     "syncFlushTimeout": _Key("sync_flush_timeout_ms", _LONG),
@@ -421,7 +432,6 @@ IGNORED_KEYS: Final = frozenset(
         "waitTimeMillsInSendQueue",
         "brokerFastFailureEnable",
         "autoMessageVersionOnTopicLen",
-        "messageDelayLevel",  # no schedule service yet: delay levels are not applied
         "offsetCheckInSlave",
     }
 )

@@ -54,6 +54,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
 from broker.processors.offsets import OffsetProcessor
 from broker.processors.pull import PullProcessor
+from broker.processors.rebalance import RebalanceProcessor
 from broker.processors.router import Router
 from broker.processors.send import SendProcessor
 from broker.pull_hold import (
@@ -61,7 +62,9 @@ from broker.pull_hold import (
     CHECK_INTERVAL_SHORT_POLLING_MS,
     PullHold,
 )
+from broker.rebalance_lock import RebalanceLockManager
 from broker.runtime_stats import RuntimeStats
+from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMessageService
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
@@ -70,6 +73,7 @@ from remoting.server import RemotingServer, ServerLimits
 from store.errors import DataInvariantError
 from store.message_format import HostPort
 from store.message_store import MessageStore
+from store.schedule import parse_message_delay_level
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +130,7 @@ class BrokerNode:
         self.subscription_groups: SubscriptionGroupManager | None = None
         self.clients: ClientManager | None = None
         self.pull_hold: PullHold | None = None
+        self.schedule_message_service: ScheduleMessageService | None = None
         self.metrics: BrokerMetrics | None = None
         self.broker_addr = ""
         self._server_closed = False
@@ -225,10 +230,17 @@ class BrokerNode:
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
-        self._register_processors(
+        send = self._register_processors(
             router, store, store_host, boot_ms, topics=topics, groups=groups, offsets=offsets,
             clients=clients, pull_hold=pull_hold, metrics=metrics, runtime_stats=runtime_stats,
         )
+        schedule = ScheduleMessageService(
+            store=store, delays_ms=parse_message_delay_level(config.message_delay_level),
+            file=ConfigFile(config_dir / DELAY_OFFSET_FILE_NAME), put_time_up=send.put_time_up,
+            flush_delay_offset_interval_ms=config.flush_delay_offset_interval_ms,
+        )
+        await asyncio.to_thread(schedule.load)
+        self.schedule_message_service = schedule
         registration = NamesrvRegistration(
             namesrv_addrs=config.namesrv_addr_list,
             identity=BrokerRegistrationIdentity(
@@ -269,6 +281,7 @@ class BrokerNode:
                 group.create_task(pull_hold.run(), name="pull-hold-check"),
                 group.create_task(offsets.run(), name="consumer-offset-persist"),
                 group.create_task(runtime_stats.run(), name="runtime-stats"),
+                group.create_task(schedule.run(), name="schedule-message-service"),
             ]
             await self._stop.wait()
             log.info("broker stopping")
@@ -277,6 +290,7 @@ class BrokerNode:
             for task in tasks:
                 task.cancel()
         await offsets.persist()
+        await schedule.persist()
         await topics.persist()
         await groups.persist()
 
@@ -285,7 +299,7 @@ class BrokerNode:
         topics: TopicConfigManager, groups: SubscriptionGroupManager,
         offsets: ConsumerOffsetManager, clients: ClientManager, pull_hold: PullHold,
         metrics: BrokerMetrics, runtime_stats: RuntimeStats,
-    ) -> None:
+    ) -> SendProcessor:
         config = self.config
         send = SendProcessor(
             config=config, store=store, topic_configs=topics, subscription_groups=groups,
@@ -304,7 +318,10 @@ class BrokerNode:
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
                                boot_timestamp_ms=boot_ms)
+        rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
+            RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: rebalance.unlock_batch_mq,
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,
@@ -329,6 +346,7 @@ class BrokerNode:
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
         })
+        return send
 
     async def _start_metrics(self, metrics: BrokerMetrics) -> None:
         exporter = self.config.metrics_exporter_type

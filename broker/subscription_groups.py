@@ -19,9 +19,9 @@ from typing import Final
 
 from broker.config_file import ConfigFile, PrettyValue
 from broker.errors import ConfigFileError
-from remoting.bodies import DataVersion
+from remoting.bodies import DataVersion, get_property, read_bool, read_int, read_long
 from remoting.errors import BodyDecodeError
-from remoting.fastjson import JSONValue, java_int
+from remoting.fastjson import JSONValue
 
 log = logging.getLogger(__name__)
 
@@ -110,24 +110,13 @@ class SubscriptionGroupConfig:
         defaults = cls(group_name="")
 
         def boolean(key: str, default: bool) -> bool:
-            item = value.get(key)
-            if item is None:
-                return default
-            if isinstance(item, bool):
-                return item
-            if isinstance(item, str) and item.lower() in ("true", "false"):
-                return item.lower() == "true"
-            raise BodyDecodeError(f"{path}.{key}={item!r} is not a boolean")
+            return get_property(value, key, path, read_bool, default)
 
         def integer(key: str, default: int) -> int:
-            item = value.get(key)
-            if item is None:
-                return default
-            if isinstance(item, int) and not isinstance(item, bool):
-                return item
-            if isinstance(item, str) and (parsed := java_int(item, bits=64)) is not None:
-                return parsed
-            raise BodyDecodeError(f"{path}.{key}={item!r} is not an integer")
+            return get_property(value, key, path, read_int, default)
+
+        def long(key: str, default: int) -> int:
+            return get_property(value, key, path, read_long, default)
 
         name = value.get("groupName")
         if not isinstance(name, str):
@@ -144,9 +133,9 @@ class SubscriptionGroupConfig:
             retry_queue_nums=integer("retryQueueNums", defaults.retry_queue_nums),
             retry_max_times=integer("retryMaxTimes", defaults.retry_max_times),
             group_retry_policy=value.get("groupRetryPolicy", defaults.group_retry_policy),
-            broker_id=integer("brokerId", defaults.broker_id),
-            which_broker_when_consume_slowly=integer("whichBrokerWhenConsumeSlowly",
-                                                     defaults.which_broker_when_consume_slowly),
+            broker_id=long("brokerId", defaults.broker_id),
+            which_broker_when_consume_slowly=long("whichBrokerWhenConsumeSlowly",
+                                                  defaults.which_broker_when_consume_slowly),
             notify_consumer_ids_changed_enable=boolean(
                 "notifyConsumerIdsChangedEnable", defaults.notify_consumer_ids_changed_enable
             ),

@@ -2,20 +2,35 @@
 
 Each body class mirrors a Java `RemotingSerializable` class: `encode()` writes what fastjson
 writes (bean properties sorted by name, None omitted, compact, maps in their own order, integer
-map keys as quoted strings, which fastjson parses as well), `decode(data)` reads what fastjson
-produces and what other clients send:
+map keys as quoted strings, which fastjson parses as well); `decode(data)` reads what
+fastjson 1.2.83's `JSON.parseObject(text, Class)` reads, with the value it gives
+(its `IntegerCodec`, `LongCodec`, `BooleanCodec`, `StringCodec`, `EnumDeserializer` and
+`TypeUtils.castTo*`; the rule table is tests/remoting/test_java_leniency.py):
 - integer map keys quoted (`{"0":..}`) or not (`{0:..}`);
-- enums by name or by ordinal (the C++ client sends ordinals);
-- integers as JSON numbers or numeric strings (the C++ client sends `"subVersion":"1700..."`);
-- booleans as JSON booleans or "true"/"false";
-- absent optional properties (the C++ client omits several): the Java default.
-Anything else raises `BodyDecodeError` naming the JSON path and the value.
+- int/long properties: a JSON integer in range; a JSON float truncated toward zero; true/false
+  as 1/0; a string with commas removed (and, for int, a trailing ".000" removed) read by
+  `Integer.parseInt`/`Long.parseLong` (the C++ client sends `"subVersion":"1700..."`);
+- boolean properties: true/false; a JSON number is true exactly when its integer part is 1;
+  the strings "true"/"false" in any case, "1"/"0", "Y"/"y"/"T" and "F"/"f"/"N";
+- string properties: a string, or a number's or boolean's text;
+- enums by name (ASCII case ignored) or by ordinal (the C++ client sends ordinals); an unknown
+  name reads as null;
+- "", "null" or "NULL" for a number, boolean or enum, JSON null, and absent properties (the C++
+  client omits several): the Java default;
+- unknown properties are ignored.
+Anything else (an ordinal out of range, an unparsable string, an object for a number, a
+missing property Java cannot do without) raises `BodyDecodeError` naming the JSON path and the
+value. Not copied: fastjson's ISO-8601 dates for long properties, floats as string properties,
+and its non-standard syntax beyond unquoted integer keys (single quotes, unquoted names,
+stray commas) are refused.
 
 Static-topic mapping tables (`topicQueueMapping*`) are carried as raw JSON, unread.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
@@ -58,39 +73,94 @@ def _as_list(value: JSONValue, path: str) -> list[JSONValue]:
 
 
 def _as_str(value: JSONValue, path: str) -> str:
-    if not isinstance(value, str):
-        raise _wrong(path, value, "a string")
-    return value
+    # StringCodec: a number's literal text; other scalars through toString().
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    raise _wrong(path, value, "a string")
+
+
+class _JavaNull(Exception):  # noqa: N818 - a signal inside this module, not an error
+    """fastjson read the value as null ("", "null", "NULL" where a scalar is expected)."""
+
+
+_NULL_TEXTS: Final = frozenset({"", "null", "NULL"})
+_TRAILING_ZEROS: Final = re.compile(r"\.0*$")  # TypeUtils.NUMBER_WITH_TRAILING_ZEROS_PATTERN
+
+
+def _wrap(value: int, bits: int) -> int:
+    """The low `bits` bits as a signed number: BigDecimal.intValue()/longValue() of a float."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _java_number(value: JSONValue, path: str, bits: int) -> int:
+    if isinstance(value, bool):
+        return 1 if value else 0  # castToInt/castToLong(Boolean)
+    if isinstance(value, int):
+        if -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            return value
+    elif isinstance(value, float):
+        return _wrap(math.trunc(value), bits)
+    elif isinstance(value, str):
+        if value in _NULL_TEXTS:
+            raise _JavaNull
+        text = value.replace(",", "")
+        if bits == 32:
+            text = _TRAILING_ZEROS.sub("", text, count=1)
+        parsed = java_int(text, bits=bits)
+        if parsed is not None:
+            return parsed
+    raise _wrong(path, value, "an int32" if bits == 32 else "an int64")
 
 
 def _as_int(value: JSONValue, path: str) -> int:
-    if isinstance(value, str):
-        parsed = java_int(value, bits=64)
-        if parsed is not None:
-            return parsed
-    elif isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
-        return value
-    raise _wrong(path, value, "an int64")
+    """A Java `int`/`Integer` property."""
+    return _java_number(value, path, 32)
+
+
+def _as_long(value: JSONValue, path: str) -> int:
+    """A Java `long`/`Long`/`AtomicLong` property."""
+    return _java_number(value, path, 64)
+
+
+_TRUE_TEXTS: Final = frozenset({"1", "Y", "y", "T"})
+_FALSE_TEXTS: Final = frozenset({"0", "F", "f", "N"})
 
 
 def _as_bool(value: JSONValue, path: str) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    if isinstance(value, int):
+        return value == 1  # BooleanCodec: an integer literal is true iff it is 1
+    if isinstance(value, float):
+        return _wrap(math.trunc(value), 32) == 1  # castToBoolean(BigDecimal)
+    if isinstance(value, str):
+        if value in _NULL_TEXTS:
+            raise _JavaNull
+        if value in _TRUE_TEXTS or (value.isascii() and value.lower() == "true"):
+            return True
+        if value in _FALSE_TEXTS or (value.isascii() and value.lower() == "false"):
+            return False
     raise _wrong(path, value, "a boolean")
 
 
 def _enum_reader(enum: type[_E]) -> Callable[[JSONValue, str], _E]:
-    by_name: dict[JSONValue, _E] = {member.name: member for member in enum}
-    by_ordinal: dict[JSONValue, _E] = {int(member): member for member in enum}
+    by_name: dict[str, _E] = {member.name.lower(): member for member in enum}
+    members = list(enum)
 
     def read(value: JSONValue, path: str) -> _E:
-        member = by_name.get(value) if isinstance(value, str) else None
-        if member is None and isinstance(value, int) and not isinstance(value, bool):
-            member = by_ordinal.get(value)
-        if member is not None:
+        if isinstance(value, str):
+            # EnumDeserializer: the name, ASCII case ignored; "" or an unknown name is null.
+            member = by_name.get(value.lower()) if value.isascii() else None
+            if member is None:
+                raise _JavaNull
             return member
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(members):
+            return members[value]
         raise _wrong(path, value, f"a {enum.__name__} name or ordinal")
 
     return read
@@ -103,20 +173,28 @@ def _get(
     read: Callable[[JSONValue, str], _T],
     default: _T | _Missing = _REQUIRED,
 ) -> _T:
-    """`obj[key]` read by `read`; absent or null gives `default`, or raises if required."""
+    """`obj[key]` read by `read`; absent or null (JSON null, or what fastjson reads as null)
+    gives `default`, or raises if required."""
     value = obj.get(key)
-    if value is None:
-        if isinstance(default, _Missing):
-            raise BodyDecodeError(f"{path}.{key} is required")
-        return default
-    return read(value, f"{path}.{key}")
+    if value is not None:
+        try:
+            return read(value, f"{path}.{key}")
+        except _JavaNull:
+            pass
+    if isinstance(default, _Missing):
+        raise BodyDecodeError(f"{path}.{key} is required")
+    return default
 
 
 def _tuple_of(read: Callable[[JSONValue, str], _T]) -> Callable[[JSONValue, str], tuple[_T, ...]]:
     def read_list(value: JSONValue, path: str) -> tuple[_T, ...]:
-        return tuple(
-            read(item, f"{path}[{index}]") for index, item in enumerate(_as_list(value, path))
-        )
+        items: list[_T] = []
+        for index, item in enumerate(_as_list(value, path)):
+            try:
+                items.append(read(item, f"{path}[{index}]"))
+            except _JavaNull:
+                raise _wrong(f"{path}[{index}]", item, "a non-null element") from None
+        return tuple(items)
 
     return read_list
 
@@ -145,6 +223,13 @@ def _int_key_map_of(
         return result
 
     return read_map
+
+
+# The same rules for the broker's own fastjson files (subscriptionGroup.json, ...).
+read_int: Final = _as_int
+read_long: Final = _as_long
+read_bool: Final = _as_bool
+get_property: Final = _get
 
 
 def _raw(value: JSONValue, path: str) -> JSONValue:
@@ -199,9 +284,9 @@ class DataVersion(JSONBody):
     def from_json_value(cls, value: JSONValue, path: str) -> Self:
         obj = _as_object(value, path)
         return cls(
-            state_version=_get(obj, "stateVersion", path, _as_int, 0),
-            timestamp=_get(obj, "timestamp", path, _as_int, 0),
-            counter=_get(obj, "counter", path, _as_int, 0),
+            state_version=_get(obj, "stateVersion", path, _as_long, 0),
+            timestamp=_get(obj, "timestamp", path, _as_long, 0),
+            counter=_get(obj, "counter", path, _as_long, 0),
         )
 
 
@@ -553,7 +638,7 @@ class SubscriptionData(JSONBody):
             sub_string=_get(obj, "subString", path, _as_str),
             tags_set=_get(obj, "tagsSet", path, _tuple_of(_as_str), ()),
             code_set=_get(obj, "codeSet", path, _tuple_of(_as_int), ()),
-            sub_version=_get(obj, "subVersion", path, _as_int, 0),
+            sub_version=_get(obj, "subVersion", path, _as_long, 0),
             expression_type=_get(obj, "expressionType", path, _as_str, "TAG"),
             class_filter_mode=_get(obj, "classFilterMode", path, _as_bool, False),
         )
@@ -665,6 +750,84 @@ class ConsumerListBody(JSONBody):
         return cls(consumer_id_list=_get(obj, "consumerIdList", path, _tuple_of(_as_str), ()))
 
 
+# --------------------------------------------------------------------------------------------
+# Orderly consumption: LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQueue(JSONBody):
+    """One queue of a topic on one broker (`MessageQueue.java`); hashable, a set member."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            topic=_get(obj, "topic", path, _as_str),
+            broker_name=_get(obj, "brokerName", path, _as_str),
+            queue_id=_get(obj, "queueId", path, _as_int, 0),
+        )
+
+
+_QUEUES: Final = _tuple_of(MessageQueue.from_json_value)
+_NO_QUEUES: Final[tuple[MessageQueue, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchRequestBody(JSONBody):
+    """LOCK_BATCH_MQ's body, and UNLOCK_BATCH_MQ's (`UnlockBatchRequestBody` has the same
+    properties): the queues `client_id` wants to consume orderly for `consumer_group`."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: frozenset[MessageQueue] = frozenset()
+    only_this_broker: bool = False
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "clientId": self.client_id,
+            "consumerGroup": self.consumer_group,
+            "mqSet": [mq.to_json_value() for mq in _sorted_queues(self.mq_set)],
+            "onlyThisBroker": self.only_this_broker,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(
+            consumer_group=_get(obj, "consumerGroup", path, _as_str),
+            client_id=_get(obj, "clientId", path, _as_str),
+            mq_set=frozenset(_get(obj, "mqSet", path, _QUEUES, _NO_QUEUES)),
+            only_this_broker=_get(obj, "onlyThisBroker", path, _as_bool, False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchResponseBody(JSONBody):
+    """LOCK_BATCH_MQ's answer: the requested queues now locked by the requesting client."""
+
+    lock_ok_mq_set: frozenset[MessageQueue] = frozenset()
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {"lockOKMQSet": [mq.to_json_value() for mq in _sorted_queues(self.lock_ok_mq_set)]}
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> Self:
+        obj = _as_object(value, path)
+        return cls(lock_ok_mq_set=frozenset(_get(obj, "lockOKMQSet", path, _QUEUES, _NO_QUEUES)))
+
+
+def _sorted_queues(queues: frozenset[MessageQueue]) -> list[MessageQueue]:
+    # A Java HashSet has no order; sorting makes our bytes reproducible.
+    return sorted(queues, key=lambda mq: (mq.topic, mq.broker_name, mq.queue_id))
+
+
 __all__ = [
     "PERM_INHERIT",
     "PERM_PRIORITY",
@@ -680,7 +843,10 @@ __all__ = [
     "HeartbeatData",
     "JSONBody",
     "KVTable",
+    "LockBatchRequestBody",
+    "LockBatchResponseBody",
     "MessageModel",
+    "MessageQueue",
     "ProducerData",
     "QueueData",
     "RegisterBrokerBody",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Final, TypeAlias
 
 from remoting.errors import BodyDecodeError
@@ -27,18 +28,33 @@ from remoting.errors import BodyDecodeError
 JSONValue: TypeAlias = "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
 
 
-# Java's Integer.parseInt / Long.parseLong accept an optional sign and any number of leading
-# zeros; at most 19 significant digits keeps int() far from Python's int-string limit.
-_JAVA_INTEGER: Final = re.compile(r"[+-]?0*[0-9]{1,19}")
+# Java's Integer.parseInt / Long.parseLong: an optional sign, then one or more characters that
+# `Character.digit(ch, 10)` reads, i.e. any Unicode decimal digit (Nd) of the BMP (Java works on
+# UTF-16 units, so a supplementary-plane digit is two non-digits), leading zeros unlimited.
+# Python's `\d` is the same Nd class; `int()` reads those digits but also `_` and blanks, which
+# the regex keeps out. Java's and Python's Unicode versions differ by a few scripts' digits.
+_JAVA_INTEGER: Final = re.compile(r"([+-]?)(\d*)")
+_JAVA_SIGNIFICANT_DIGITS_MAX: Final = 19  # 2**63 has 19 digits; keeps int() far from its limit
 
 
 def java_int(text: str, *, bits: int) -> int | None:
     """`text` as Java's `Integer.parseInt` (bits=32) or `Long.parseLong` (bits=64) reads it,
-    or None if Java would throw NumberFormatException (not decimal, or out of range)."""
-    plain = text.isascii() and text.isdigit() and len(text) <= 19  # the common case: no regex
-    if not plain and _JAVA_INTEGER.fullmatch(text) is None:
-        return None
-    value = int(text)
+    or None if Java would throw NumberFormatException (empty, not decimal, out of range)."""
+    if text.isascii() and text.isdigit() and len(text) <= _JAVA_SIGNIFICANT_DIGITS_MAX:
+        value = int(text)  # the common case: plain ASCII digits, no regex
+    else:
+        match = _JAVA_INTEGER.fullmatch(text)
+        if (
+            match is None
+            or match.end(1) == len(text)
+            or (not text.isascii() and not all(ord(char) < 0x10000 for char in text))
+        ):
+            return None
+        sign, digits = match.groups()
+        significant = "".join(str(unicodedata.decimal(char)) for char in digits).lstrip("0")
+        if len(significant) > _JAVA_SIGNIFICANT_DIGITS_MAX:
+            return None
+        value = int(sign + significant) if significant else 0
     limit = 1 << (bits - 1)
     return value if -limit <= value < limit else None
 

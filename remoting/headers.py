@@ -7,14 +7,23 @@ unless the class lists an exception in `_WIRE_KEYS` (`client_id` <-> `clientID`,
 `bool` (Boolean), `BoundaryType`. Sources: `remoting/.../protocol/header/**` and
 spec/remoting-protocol.md §2, §6, §7.
 
-Decoding (`from_ext_fields`) is stricter than Java, which only logs a bad field and fails later:
-- a field without a default is required; missing, it raises `HeaderFieldError`;
-- integers parse like `Integer.parseInt` / `Long.parseLong` (sign, leading zeros, range);
-- booleans are "true" or "false" in any case (Java reads anything else as false; we refuse);
-- `BoundaryType` reads "upper" in any case as UPPER and anything else as LOWER, as Java does;
-- unknown keys (`AccessKey`, `Signature`, `ns`, `lo`, ...) are ignored.
+Decoding (`from_ext_fields`) accepts exactly what Java accepts, with the value Java reads
+(spec/remoting-protocol.md §2; the table in tests/remoting/test_java_leniency.py):
+- booleans as `Boolean.parseBoolean`: "true" in any case is true, anything else ("0", "1", "",
+  "yes") is false, never an error (the C++ client sends `unitMode` as "0");
+- integers as `Integer.parseInt` / `Long.parseLong`: optional sign, any Unicode decimal digits
+  of the BMP, leading zeros, in range; anything else is unparsable;
+- `BoundaryType` reads "upper" in any case as UPPER and anything else as LOWER;
+- unknown keys (`AccessKey`, `Signature`, `ns`, `lo`, ...) are ignored;
+- a missing field without a default (Java's `@CFNotNull`) raises `HeaderFieldError`: Java only
+  logs it and then fails the request with SYSTEM_ERROR later, so we refuse up front;
+- an unparsable number: Java's reflective decoder logs it and leaves the field at its default,
+  so an optional field keeps its default and a required one raises `HeaderFieldError`; the fast
+  decoders (`FastCodesHeader`: SEND_MESSAGE_V2/BATCH and PULL_MESSAGE requests, the send and
+  pull responses) let the NumberFormatException fail the request, so there any unparsable
+  number raises `HeaderFieldError`.
 A `HeaderFieldError` names the header, the key, the value and what was expected; the server
-answers it with SYSTEM_ERROR and the message as remark.
+answers it with SYSTEM_ERROR and the message as remark (that request only).
 
 Encoding (`to_ext_fields`) writes every non-None attribute as Java does: decimal numbers,
 "true"/"false", enum names. Fields with a non-None default (Java primitives, or boxed fields
@@ -69,12 +78,15 @@ class CommandHeader:
 
     __slots__ = ()
     _WIRE_KEYS: ClassVar[Mapping[str, str]] = {}
+    _FAST_CODEC: ClassVar[bool] = False
+    """True where Java's class is a `FastCodesHeader`: any unparsable number fails the request."""
 
     @classmethod
     def from_ext_fields(cls, fields: Mapping[str, str]) -> Self:
         """Decode from a command's `ext_fields`. Raises HeaderFieldError naming the key and
-        value of the first missing or unparsable field."""
-        return _decode(cls, _wire_fields(cls), fields)
+        value of the first missing required field, or of an unparsable one that Java refuses
+        (module docstring)."""
+        return _decode(cls, _wire_fields(cls), fields, fast_codec=cls._FAST_CODEC)
 
     def to_ext_fields(self) -> dict[str, str]:
         """Every non-None field as `key -> text`, in declaration order."""
@@ -146,10 +158,9 @@ def _parse_int64(header: str, key: str, text: str) -> int:
 
 
 def _parse_bool(header: str, key: str, text: str) -> bool:
-    lowered = text.lower()
-    if lowered not in ("true", "false"):
-        raise HeaderFieldError(header, key, text, "is not a boolean (true/false)")
-    return lowered == "true"
+    # Boolean.parseBoolean: String.equalsIgnoreCase("true"); no non-ASCII letter folds onto
+    # t, r, u or e, so an ASCII comparison is the same rule.
+    return len(text) == 4 and text.isascii() and text.lower() == "true"
 
 
 def _parse_boundary_type(header: str, key: str, text: str) -> BoundaryType:
@@ -176,7 +187,9 @@ def _format(kind: _Kind, value: object) -> str:
             return str(value)
 
 
-def _decode(cls: type[_H], plan: tuple[_WireField, ...], fields: Mapping[str, str]) -> _H:
+def _decode(
+    cls: type[_H], plan: tuple[_WireField, ...], fields: Mapping[str, str], *, fast_codec: bool
+) -> _H:
     values: dict[str, object] = {}
     for wire in plan:
         text = fields.get(wire.key)
@@ -186,7 +199,13 @@ def _decode(cls: type[_H], plan: tuple[_WireField, ...], fields: Mapping[str, st
         elif wire.kind is _Kind.STRING:
             values[wire.attr] = text
         else:
-            values[wire.attr] = _PARSERS[wire.kind](cls.__name__, wire.key, text)
+            try:
+                values[wire.attr] = _PARSERS[wire.kind](cls.__name__, wire.key, text)
+            except HeaderFieldError:
+                if wire.required or fast_codec:
+                    raise
+                # Java's reflective decoder logs the NumberFormatException and leaves the
+                # field at its default: the request goes on without it.
     return cast("Callable[..., _H]", cls)(**values)
 
 
@@ -228,7 +247,7 @@ class SendMessageRequestHeader(CommandHeader):
     def from_ext_fields_v2(cls, fields: Mapping[str, str]) -> Self:
         """Decode SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE keys a..n; others (even `bname`) are
         ignored, as Java's fast decoder ignores them."""
-        return _decode(cls, _send_message_v2_fields(), fields)
+        return _decode(cls, _send_message_v2_fields(), fields, fast_codec=True)
 
     def to_ext_fields_v2(self) -> dict[str, str]:
         """Every non-None field under its single-letter key, in letter order."""
@@ -267,6 +286,8 @@ class SendMessageResponseHeader(CommandHeader):
     """Response to SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE. `msg_region` and
     `trace_on` are the `MSG_REGION` / `TRACE_ON` extFields a broker adds to every send response."""
 
+    _FAST_CODEC: ClassVar[bool] = True
+
     msg_id: str
     queue_id: Int32
     queue_offset: Int64
@@ -282,6 +303,8 @@ class SendMessageResponseHeader(CommandHeader):
 class PullMessageRequestHeader(CommandHeader):
     """PULL_MESSAGE (11). `sys_flag` holds the pull flags (COMMIT_OFFSET 0x1, SUSPEND 0x2,
     SUBSCRIPTION 0x4, CLASS_FILTER 0x8, LITE_PULL 0x10)."""
+
+    _FAST_CODEC: ClassVar[bool] = True
 
     consumer_group: str
     topic: str
@@ -305,6 +328,8 @@ class PullMessageRequestHeader(CommandHeader):
 @dataclass(frozen=True, slots=True)
 class PullMessageResponseHeader(CommandHeader):
     """Response to PULL_MESSAGE; the remark carries the store's GetMessageStatus name."""
+
+    _FAST_CODEC: ClassVar[bool] = True
 
     suggest_which_broker_id: Int64
     next_begin_offset: Int64

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
+
 COMMITLOG_FILE_SIZE_DEFAULT: Final = 1024 * 1024 * 1024
 CQ_UNIT_SIZE: Final = 20
 CQ_FILE_SIZE_DEFAULT: Final = 300_000 * CQ_UNIT_SIZE
@@ -52,9 +54,12 @@ class StoreConfig:
     # Controller mode: dispatch to consume queues stops at confirm_offset.
     enable_controller_mode: bool = False
     read_uncommitted: bool = False
+    # The delay of each delay level (store/schedule.py): 18 levels, 1 s to 2 h, by default.
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        parse_message_delay_level(self.message_delay_level)  # raises DelayLevelError (a ValueError)
         if self.mapped_file_size_commit_log < 4096 or self.mapped_file_size_commit_log % 4096:
             raise ValueError(
                 f"mapped_file_size_commit_log={self.mapped_file_size_commit_log} "

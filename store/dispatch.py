@@ -32,6 +32,7 @@ from store.errors import QueueOrderError
 from store.mapped_file import MappedFile
 from store.message_format import RecordCheck
 from store.recovery import RecordBatch, scan_file
+from store.schedule import DEFAULT_DELAYS_MS, SCHEDULE_TOPIC, unit_tags_code
 from store.transaction_type import takes_queue_offset, takes_queue_offset_array
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,14 @@ class Dispatcher:
     store timestamp (the checkpoint's logicsMsgTimestamp), in recovery the queues to rebuild,
     and the records whose unit was refused (skipped)."""
 
-    __slots__ = ("consume_queues", "last_store_timestamp", "skipped", "skipped_total",
-                 "to_rebuild")
+    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "skipped",
+                 "skipped_total", "to_rebuild")
 
-    def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0
-                 ) -> None:
+    def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0,
+                 delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> None:
         self.consume_queues = consume_queues
         self.last_store_timestamp = last_store_timestamp
+        self.delays_ms = delays_ms  # messageDelayLevel: schedule-topic units hold deliver times
         self.to_rebuild: set[tuple[str, int]] = set()
         # Skipped records per queue since the last `take_skipped_queues` (the store realigns
         # those queues' counters), and in all since the store opened.
@@ -73,11 +75,15 @@ class Dispatcher:
 
     def _put(self, queue: ConsumeQueue, check: RecordCheck) -> bool:
         try:
-            queue.put(check.queue_offset, check.phy_offset, check.size, check.tags_code)
+            queue.put(check.queue_offset, check.phy_offset, check.size, self._tags_code(check))
         except QueueOrderError as err:
             self.refused(check.topic, check.queue_id, err)
             return False
         return True
+
+    def _tags_code(self, check: RecordCheck) -> int:
+        return unit_tags_code(check.topic, check.queue_id, check.store_timestamp,
+                              check.tags_code, self.delays_ms)
 
     def dispatch_live(self, check: RecordCheck) -> bool:
         """A record reached the dispatch bound: write its unit unless the queue has it."""
@@ -147,9 +153,15 @@ class Dispatcher:
                 run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
                 length = len(run) if run.all() else int(np.argmin(run))
                 part = group[i:i + length]
+                tags_codes = batch.tags_code[part]
+                if key[0] == SCHEDULE_TOPIC:
+                    tags_codes = np.array([
+                        unit_tags_code(key[0], key[1], ts, 0, self.delays_ms)
+                        for ts in batch.store_timestamp[part].tolist()
+                    ], dtype=np.int64)
                 try:
                     queue.put_batch(int(offsets[i]), batch.phy_offset[part],
-                                    batch.size[part].astype(np.int32), batch.tags_code[part])
+                                    batch.size[part].astype(np.int32), tags_codes)
                 except QueueOrderError as err:  # a gap at the start of a queue's files
                     self.refused(*key, err, length)
                 else:

@@ -55,6 +55,7 @@ from store.message_format import (
     read_store_timestamp,
 )
 from store.run_files import AbortFile, StoreLock
+from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
 from store.transaction_type import batch_transaction_error, takes_queue_offset
 
@@ -148,7 +149,8 @@ class MessageStore:
         self._opened = False
         self._closed = False
         self._last_store_timestamp = 0
-        self._dispatcher = Dispatcher(self.consume_queues)
+        self._delays_ms = parse_message_delay_level(config.message_delay_level)
+        self._dispatcher = Dispatcher(self.consume_queues, delays_ms=self._delays_ms)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
         # The checkpoint's logicsPhysicalOffset (5.5.0, store-format §7): the start of the last
@@ -365,7 +367,9 @@ class MessageStore:
             else:
                 # Inline dispatch: the common case needs no second read of the record.
                 try:
-                    queue.put(queue_offset, phy_offset, msg.total_size, msg.tags_code)
+                    queue.put(queue_offset, phy_offset, msg.total_size, unit_tags_code(
+                        msg.topic, msg.queue_id, store_timestamp, msg.tags_code,
+                        self._delays_ms))
                 except QueueOrderError as err:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
@@ -394,8 +398,8 @@ class MessageStore:
         if self.confirm_follows_max:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
-            if self._reput_from != phy_offset:
-                self.dispatch_pending()
+            if self._reput_from != phy_offset or batch.topic == SCHEDULE_TOPIC:
+                self.dispatch_pending()  # (a schedule-topic batch's units: the dispatcher's)
             else:
                 try:
                     queue.put_contiguous(queue_offset, phy_offset, batch.sizes, batch.tags_codes)

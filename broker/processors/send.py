@@ -18,10 +18,15 @@ Every non-success code except 10 means nothing was appended (reliability.md M2),
 exception: SYSTEM_ERROR "appended, but it will not be served" (`DispatchError`), a record whose
 consume-queue unit its queue refused (store/dispatch.py); it is in the commitlog, never served.
 
+A message with a positive `DELAY` property is stored in `SCHEDULE_TOPIC_XXXX` (queue level - 1,
+real topic and queue in `REAL_TOPIC`/`REAL_QID`, store/schedule.py); the schedule service
+(broker/schedule_message_service.py) delivers it to its real topic when due. The answer names
+the real queue id and the schedule queue's offset, as Java's does.
+
 Send-back (a consumer hands a failed message back) re-stores the message in `%RETRY%<group>`
-with `RETRY_TOPIC`, `ORIGIN_MESSAGE_ID` and reconsumeTimes + 1, or in `%DLQ%<group>` once
-reconsumeTimes reaches the group's maximum (16) or for delayLevel < 0. pyrmq has no schedule
-(delay) service yet: retries are delivered at once, not after the delay level's wait.
+with `RETRY_TOPIC`, `ORIGIN_MESSAGE_ID` and reconsumeTimes + 1, delayed by the request's
+delayLevel, or by level 3 + reconsumeTimes when it is 0; or in `%DLQ%<group>` (undelayed) once
+reconsumeTimes reaches the group's maximum (16) or for delayLevel < 0.
 """
 
 from __future__ import annotations
@@ -79,6 +84,11 @@ from store.message_format import (
     prepare_message,
 )
 from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
+from store.schedule import (
+    parse_message_delay_level,
+    time_up_destination,
+    transform_delay_level_message,
+)
 from store.transaction_type import batch_transaction_error
 
 log = logging.getLogger(__name__)
@@ -193,6 +203,7 @@ class SendProcessor:
         self._metrics = metrics
         self._uniq_ids = uniq_ids
         self.store_host = store_host
+        self.max_delay_level = len(parse_message_delay_level(config.message_delay_level))
 
     # -- responses -------------------------------------------------------------------------
 
@@ -358,6 +369,14 @@ class SendProcessor:
         sys_flag = header.sys_flag
         if topic_config.topic_filter_type is TopicFilterType.MULTI_TAG:
             sys_flag |= SysFlag.MULTI_TAGS_FLAG
+        real_queue_id = queue_id
+        try:
+            topic, queue_id = transform_delay_level_message(
+                topic, queue_id, properties, sys_flag=sys_flag,
+                max_delay_level=self.max_delay_level,
+            )
+        except ValueError as err:
+            return self._refuse(request, ResponseCode.SYSTEM_ERROR, str(err))
         try:
             msg = prepare_message(
                 topic=topic, queue_id=queue_id, flag=header.flag, body=request.body,
@@ -373,7 +392,8 @@ class SendProcessor:
         self._after_append(topic, queue_id, result.append, msg.tags_code, message_type)
         return self._stored(
             request, self._put_code(result),
-            msg_id=offset_msg_id(self.store_host, result.append.phy_offset), queue_id=queue_id,
+            msg_id=offset_msg_id(self.store_host, result.append.phy_offset),
+            queue_id=real_queue_id,
             queue_offset=result.append.queue_offset, transaction_id=transaction_id,
         )
 
@@ -485,6 +505,39 @@ class SendProcessor:
             message_type=message_type, is_system=self._topics.is_system_topic(topic),
         )
 
+    # -- delivery of due scheduled messages ------------------------------------------------
+
+    async def put_time_up(self, record: MessageRecord) -> bool:
+        """Put a due `SCHEDULE_TOPIC_XXXX` message under its real topic and queue (Java's
+        `messageTimeUp`): same body, flag, sys flag, born and store host, reconsume times; the
+        properties without `DELAY`. Returns False when the store refused it (try again
+        later); a message without a real destination is logged and dropped (True)."""
+        properties = record.properties_map()
+        try:
+            topic, queue_id = time_up_destination(properties)
+        except ValueError:
+            log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
+            return True
+        try:
+            msg = prepare_message(
+                topic=topic, queue_id=queue_id, flag=record.flag, body=record.body,
+                properties=encode_properties(properties), sys_flag=record.sys_flag,
+                born_timestamp=record.born_timestamp, born_host=record.born_host,
+                store_host=record.store_host, reconsume_times=record.reconsume_times,
+                append_prop_crc=self._config.enabled_append_prop_crc,
+                max_message_size=self._config.max_message_size,
+            )
+        except MessageIllegalError:
+            log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
+            return True
+        try:
+            result = await self._store.put_message(msg)
+        except StoreError as err:
+            log.warning("scheduled message not delivered yet topic=%s error=%s", topic, err)
+            return False
+        self._after_append(topic, queue_id, result.append, msg.tags_code, "normal")
+        return True
+
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
 
     def look_message_by_offset(self, phy_offset: int) -> MessageRecord | None:
@@ -542,7 +595,15 @@ class SendProcessor:
             )
             self._metrics.send_to_dlq(header.origin_topic or original.topic, header.group,
                                       is_system=False)
-        # No schedule service: the retry is delivered at once (no DELAY property is set).
+        else:
+            # Delayed by the schedule service: level 3 + reconsumeTimes unless the consumer
+            # asked for a level (Java's consumerSendMsgBack).
+            delay_level = header.delay_level or 3 + original.reconsume_times
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+            topic, queue_id = transform_delay_level_message(
+                topic, queue_id, properties, sys_flag=original.sys_flag,
+                max_delay_level=self.max_delay_level,
+            )
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
             properties[PROPERTY_ORIGIN_MESSAGE_ID] = offset_msg_id(original.store_host,
                                                                    original.phy_offset)

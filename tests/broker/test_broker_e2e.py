@@ -18,7 +18,7 @@ from remoting.bodies import ConsumeType
 from remoting.codes import PYRMQ_VERSION_DESC, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader
-from store.message_format import HostPort, encode_properties, offset_msg_id
+from store.message_format import HostPort, MessageRecord, encode_properties, offset_msg_id
 from tests.broker.support import broker_config, connected, running_broker, wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -260,11 +260,26 @@ async def test_send_back_goes_to_the_retry_topic_then_the_dlq(client: BrokerClie
                                              queue_id=0)
     consumer = PullConsumer(client, "CG")
     original = (await consumer.pull(TOPIC, 0, 0)).messages[0]
-    await client.send_back("CG", original, delay_level=0)
-    retried = (await consumer.pull("%RETRY%CG", 0, 0)).messages
+    sent_back_ms = time.time_ns() // 1_000_000
+    await client.send_back("CG", original, delay_level=1)
+    # Level 1 (1 s): first in SCHEDULE_TOPIC_XXXX queue 0, then in the retry topic.
+    scheduled = (await consumer.pull("SCHEDULE_TOPIC_XXXX", 0, 0)).messages
+    assert [m.properties_map()["REAL_TOPIC"] for m in scheduled] == ["%RETRY%CG"]
+    assert scheduled[0].properties_map()["DELAY"] == "1"
+    retried: list[MessageRecord] = []
+
+    async def pull_retry() -> bool:
+        retried.extend((await consumer.pull("%RETRY%CG", 0, 0)).messages)
+        return bool(retried)
+
+    while not await pull_retry():
+        assert time.time_ns() // 1_000_000 - sent_back_ms < 10_000, "retry not delivered"
+        await asyncio.sleep(0.05)
     assert len(retried) == 1
     retry = retried[0]
+    assert retry.store_timestamp - scheduled[0].store_timestamp >= 1000
     props = retry.properties_map()
+    assert "DELAY" not in props
     assert retry.body == b"failing"
     assert retry.reconsume_times == 1
     assert props["RETRY_TOPIC"] == TOPIC

@@ -168,7 +168,7 @@ def test_cpp_heartbeat_with_ordinals_string_numbers_and_omissions_decodes() -> N
 @pytest.mark.parametrize(
     ("body", "path"),
     [
-        pytest.param(b'{"clientID":5}', "HeartbeatData.clientID=5 is not a string", id="type"),
+        pytest.param(b'{"clientID":{}}', "HeartbeatData.clientID={} is not a string", id="type"),
         pytest.param(b"{}", "HeartbeatData.clientID is required", id="missing"),
         pytest.param(
             b'{"clientID":"c","consumerDataSet":[{"groupName":"G","consumeType":7}]}',
@@ -191,17 +191,18 @@ def test_broker_addrs_key_must_be_a_number() -> None:
 
 TEXT = st.text(max_size=10)
 INT64 = st.integers(-(2**63), 2**63 - 1)
+INT32 = st.integers(-(2**31), 2**31 - 1)
 
 
 @given(
     config=st.builds(
         TopicConfig,
         topic_name=TEXT,
-        read_queue_nums=INT64,
-        write_queue_nums=INT64,
-        perm=INT64,
+        read_queue_nums=INT32,
+        write_queue_nums=INT32,
+        perm=INT32,
         topic_filter_type=st.sampled_from(TopicFilterType),
-        topic_sys_flag=INT64,
+        topic_sys_flag=INT32,
         order=st.booleans(),
         attributes=st.dictionaries(TEXT, TEXT, max_size=3),
     ),

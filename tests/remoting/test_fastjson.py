@@ -131,7 +131,8 @@ def test_parse_never_raises_anything_but_body_decode_error(text: str) -> None:
         ("", 32, None),
         (" 1", 32, None),
         ("1_000", 32, None),
-        ("١٢", 32, None),  # Arabic-Indic digits: int() takes them, Java does not
+        ("١٢", 32, 12),  # Arabic-Indic digits: Character.digit reads every Nd digit
+        ("\U0001d7ce", 32, None),  # a supplementary digit is two UTF-16 non-digits in Java
         ("1.0", 32, None),
         ("0x10", 32, None),
     ],

@@ -1,0 +1,229 @@
+"""ScheduleMessageService: delivers the delayed messages of `SCHEDULE_TOPIC_XXXX` when due.
+
+One task per delay level reads its queue (`level - 1`) in order from the level's delay offset.
+A unit's tagsCode is its deliver time (store/schedule.py); while the head unit is not due the
+task sleeps until it is (at most `IDLE_WAIT_MS` when the queue is empty), and a due message is
+put again under its real topic and queue (`REAL_TOPIC`, `REAL_QID`, without `DELAY`) by
+`put_time_up`. Levels are independent: a full level never holds up another.
+
+`delayOffset.json` (`<storePathRootDir>/config`, Java's `DelayOffsetSerializeWrapper`:
+`{"dataVersion":{..},"offsetTable":{1:12,3:0}}`) holds each level's next offset. It is written
+every `flushDelayOffsetInterval` and at a clean stop.
+
+Invariants:
+- A message is never lost: a persisted offset only ever passes messages whose re-put is on disk
+  (the persist takes the offsets, then flushes the commitlog past every re-put made so far, then
+  writes the file). After a crash the levels resume from the last file: a message delivered
+  after it was written is delivered again (at-least-once, as in Java).
+- Per level, messages are delivered in queue order; an offset only moves forward, except when
+  it is clamped into the queue's [min, max] after load (Java's `correctDelayOffset`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from broker.config_file import ConfigFile, IntKeyMap, PrettyValue
+from broker.errors import ConfigFileError
+from remoting.bodies import DataVersion
+from remoting.errors import BodyDecodeError
+from remoting.fastjson import JSONValue
+from store.consume_queue import FILLER_SIZE
+from store.errors import StoreError
+from store.message_format import MessageRecord, decode_record
+from store.message_store import MessageStore
+from store.schedule import SCHEDULE_TOPIC, corrected_deliver_timestamp, queue_id_of_level
+
+log = logging.getLogger(__name__)
+
+DELAY_OFFSET_FILE_NAME: Final = "delayOffset.json"
+IDLE_WAIT_MS: Final = 100  # Java's DELAY_FOR_A_WHILE: an empty level looks again this often
+RETRY_WAIT_MS: Final = 100  # after a failed re-put (store not writable)
+UNITS_PER_READ: Final = 256
+FLUSH_WAIT_MS: Final = 5_000  # a persist gives up (keeps the old file) if no flush came by then
+
+PutTimeUp = Callable[[MessageRecord], Awaitable[bool]]
+
+
+def _read_offset_table(value: JSONValue, path: str) -> dict[int, int]:
+    if not isinstance(value, dict):
+        raise BodyDecodeError(f"{path} is not an object")
+    table = value.get("offsetTable") or {}
+    if not isinstance(table, dict):
+        raise BodyDecodeError(f"{path}.offsetTable is not an object")
+    offsets: dict[int, int] = {}
+    for key, offset in table.items():
+        if not key.lstrip("-").isdigit() or not isinstance(offset, int) or isinstance(offset, bool):
+            raise BodyDecodeError(f"{path}.offsetTable[{key!r}]={offset!r} is not level: offset")
+        offsets[int(key)] = offset
+    return offsets
+
+
+def _system_wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ScheduleMessageService:
+    """The delay levels' delivery tasks and their offsets file."""
+
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        delays_ms: tuple[int, ...],
+        file: ConfigFile,
+        put_time_up: PutTimeUp,
+        flush_delay_offset_interval_ms: int,
+        wall_ms: Callable[[], int] = _system_wall_ms,
+    ) -> None:
+        self._store = store
+        self._delays_ms = delays_ms
+        self._file = file
+        self._put_time_up = put_time_up
+        self._flush_interval_ms = flush_delay_offset_interval_ms
+        self._wall_ms = wall_ms
+        self.offset_table: dict[int, int] = {}
+        self.data_version = DataVersion(timestamp=wall_ms())
+        self.delivered = 0  # messages re-put since start (a counter for tests and metrics)
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self._delays_ms)
+
+    def load(self) -> None:
+        """Read `delayOffset.json` (or its `.bak`) and clamp each offset into its queue.
+        Blocking (startup). Raises ConfigFileError if both are unparsable."""
+        value = self._file.load()
+        if value is not None:
+            try:
+                self.offset_table = _read_offset_table(value, self._file.path.name)
+            except BodyDecodeError as err:
+                raise ConfigFileError(f"{self._file.path}: {err}") from err
+        for level in range(1, self.max_delay_level + 1):
+            queue = self._store.queue(SCHEDULE_TOPIC, queue_id_of_level(level))
+            offset = self.offset_table.get(level, 0)
+            if queue is not None:
+                clamped = min(max(offset, queue.min_offset), queue.max_offset)
+                if clamped != offset:
+                    log.warning("delay offset corrected level=%d old=%d new=%d", level, offset,
+                                clamped)
+                    offset = clamped
+            self.offset_table[level] = offset
+        log.info("loaded delay offsets path=%s offsets=%s", self._file.path, self.offset_table)
+
+    async def persist(self) -> dict[int, int] | None:
+        """Write the offsets once every re-put they pass is flushed (module invariant);
+        returns the offsets written, or None (file unchanged) if the flush did not get there
+        in FLUSH_WAIT_MS."""
+        snapshot = dict(self.offset_table)
+        target = self._store.max_phy_offset  # every re-put behind `snapshot` ends below this
+        if self._store.commitlog.flushed_where < target:
+            try:
+                async with asyncio.timeout(FLUSH_WAIT_MS / 1000):
+                    await self._store.flush()
+            except (TimeoutError, StoreError, OSError) as err:
+                log.warning("delay offsets not persisted: commitlog flush failed error=%s", err)
+                return None
+            if self._store.commitlog.flushed_where < target:
+                return None
+        version = self.data_version
+        self.data_version = DataVersion(
+            state_version=version.state_version, timestamp=self._wall_ms(),
+            counter=version.counter + 1,
+        )
+
+        def encode() -> PrettyValue:
+            value: dict[str, PrettyValue] = {
+                "dataVersion": self.data_version.to_json_value(),
+                "offsetTable": IntKeyMap(snapshot),
+            }
+            return value
+
+        await self._file.persist(encode)
+        return snapshot
+
+    async def run(self) -> None:
+        """Deliver every level and persist periodically, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for level in range(1, self.max_delay_level + 1):
+                group.create_task(self._deliver_level(level), name=f"schedule-level-{level}")
+            group.create_task(self._persist_loop(), name="delay-offset-persist")
+
+    async def _persist_loop(self) -> None:
+        persisted: dict[int, int] | None = dict(self.offset_table)
+        while True:
+            await asyncio.sleep(self._flush_interval_ms / 1000)
+            if self.offset_table != persisted:
+                persisted = await self.persist() or persisted
+
+    async def _deliver_level(self, level: int) -> None:
+        while True:
+            wait_ms = await self.deliver_due(level)
+            await asyncio.sleep(wait_ms / 1000)
+
+    async def deliver_due(self, level: int) -> int:
+        """Deliver the due head of one level's queue; returns how long to wait (ms) before
+        looking again: until the next unit is due, or IDLE_WAIT_MS / RETRY_WAIT_MS."""
+        queue = self._store.queue(SCHEDULE_TOPIC, queue_id_of_level(level))
+        if queue is None:
+            return IDLE_WAIT_MS
+        level_delay_ms = self._delays_ms[level - 1]
+        offset = max(self.offset_table.get(level, 0), queue.min_offset)
+        while offset < queue.max_offset:
+            units = queue.units(offset, UNITS_PER_READ)
+            if not len(units):
+                return IDLE_WAIT_MS
+            now_ms = self._wall_ms()
+            due = 0
+            wait_ms = 0
+            for _, _, tags_code in units.tolist():
+                deliver_ms = corrected_deliver_timestamp(
+                    tags_code, now_ms=now_ms, level_delay_ms=level_delay_ms
+                )
+                if deliver_ms > now_ms:
+                    wait_ms = deliver_ms - now_ms
+                    break
+                due += 1
+            min_phy = self._store.min_phy_offset
+            readable = [
+                (offset + index, int(phy), int(size))
+                for index, (phy, size, _) in enumerate(units[:due].tolist())
+                if size != FILLER_SIZE and phy >= min_phy  # fillers, expired: nothing to put
+            ]
+            records = self._read_all([(phy, size) for _, phy, size in readable])
+            for (queue_offset, _, _), record in zip(readable, records, strict=True):
+                if record is not None and not await self._put_time_up(record):
+                    self.offset_table[level] = queue_offset
+                    return RETRY_WAIT_MS
+                self.delivered += record is not None
+                self.offset_table[level] = queue_offset + 1
+            offset += due
+            self.offset_table[level] = offset
+            if wait_ms:
+                return min(wait_ms, IDLE_WAIT_MS * 10)
+            await asyncio.sleep(0)  # a long due backlog must not hold up the event loop
+        return IDLE_WAIT_MS
+
+    def _read_all(self, units: list[tuple[int, int]]) -> list[MessageRecord | None]:
+        """The records of `units`, in order (one checked read); None for one that cannot be
+        read (logged), which is then skipped."""
+        if not units:
+            return []
+        try:
+            raw = self._store.commitlog.read_records([p for p, _ in units], [s for _, s in units])
+            return [decode_record(data) for data in raw]
+        except (IndexError, StoreError, ValueError):
+            return [self._read(phy, size) for phy, size in units]
+
+    def _read(self, phy: int, size: int) -> MessageRecord | None:
+        try:
+            (data,) = self._store.commitlog.read_records([phy], [size])
+            return decode_record(data)
+        except (IndexError, StoreError, ValueError) as err:
+            log.warning("scheduled message unreadable, skipped phy_offset=%d size=%d error=%s",
+                        phy, size, err)
+            return None

@@ -1,0 +1,63 @@
+package pyrmq.interop;
+
+import com.alibaba.fastjson.JSON;
+import com.alibaba.fastjson.TypeReference;
+import java.io.BufferedReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import org.apache.rocketmq.remoting.CommandCustomHeader;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RemotingSerializable;
+
+/**
+ * What Java itself reads from given bytes: the oracle of tests/remoting/test_java_leniency.py's
+ * rule tables. Reads the file named by its argument, one case per line, tab-separated:
+ *
+ * <pre>
+ *   body    className  getter  jsonText      RemotingSerializable.decode(jsonText, class).getter()
+ *                                            (the release's own JSON library: fastjson 1.2.83 in
+ *                                            5.3.3, fastjson2 in 5.5.0)
+ *   header  className  getter  extFieldsJson a request with these extFields (a JSON object of
+ *                                            strings), decodeCommandCustomHeader(class).getter()
+ * </pre>
+ *
+ * and prints one line per case, "ANSWER " and: the value's toString(), "null", or "REFUSED" when decoding
+ * threw.
+ */
+public final class LeniencyOracle {
+    private LeniencyOracle() {
+    }
+
+    static Object read(String kind, Class<?> type, String input) throws Exception {
+        if ("body".equals(kind)) {
+            return RemotingSerializable.decode(input.getBytes(StandardCharsets.UTF_8), type);
+        }
+        HashMap<String, String> fields = JSON.parseObject(input, new TypeReference<HashMap<String, String>>() { });
+        RemotingCommand request = RemotingCommand.createRequestCommand(0, null);
+        request.setExtFields(fields);
+        @SuppressWarnings("unchecked")
+        Class<? extends CommandCustomHeader> headerType = (Class<? extends CommandCustomHeader>) type;
+        return request.decodeCommandCustomHeader(headerType);
+    }
+
+    public static void main(String[] argv) throws Exception {
+        BufferedReader in = Files.newBufferedReader(Path.of(argv[0]), StandardCharsets.UTF_8);
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] parts = line.split("\t", 4);
+            String answer;
+            try {
+                Class<?> type = Class.forName(parts[1]);
+                Object value = read(parts[0], type, parts[3]);
+                Object field = type.getMethod(parts[2]).invoke(value);
+                answer = String.valueOf(field);
+            } catch (Exception e) {
+                answer = "REFUSED";
+            }
+            System.out.println("ANSWER " + answer);
+        }
+        System.out.flush();
+    }
+}
