@@ -47,6 +47,7 @@ from broker.config_file import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager
 from broker.errors import BrokerConfigError
+from broker.loop_monitor import LoopMonitor, StallCause
 from broker.metrics import BrokerMetrics
 from broker.metrics_http import MetricsHttpServer
 from broker.namesrv_registration import BrokerRegistrationIdentity, NamesrvRegistration
@@ -127,6 +128,7 @@ class BrokerNode:
         self.clients: ClientManager | None = None
         self.pull_hold: PullHold | None = None
         self.metrics: BrokerMetrics | None = None
+        self.loop_monitor: LoopMonitor | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -259,6 +261,39 @@ class BrokerNode:
                  config.broker_name, config.broker_cluster_name, self.broker_addr,
                  ";".join(config.namesrv_addr_list) or "-")
         self.started.set()
+        monitor = self._start_loop_monitor(metrics)
+        try:
+            await self._run_tasks(store, registration, clients, notifier, pull_hold, offsets,
+                                  runtime_stats)
+        finally:
+            if monitor is not None:
+                monitor.close()
+        await offsets.persist()
+        await topics.persist()
+        await groups.persist()
+
+    def _start_loop_monitor(self, metrics: BrokerMetrics) -> LoopMonitor | None:
+        config = self.config
+        if config.event_loop_lag_sample_interval_ms <= 0:
+            return None
+
+        def count_stall(cause: StallCause) -> None:
+            metrics.loop_stall(cause.value)
+
+        monitor = LoopMonitor(
+            sample_interval_ms=config.event_loop_lag_sample_interval_ms,
+            stall_threshold_ms=config.event_loop_stall_threshold_ms,
+            observe_lag=metrics.loop_lag, count_stall=count_stall,
+        )
+        monitor.start()
+        self.loop_monitor = monitor
+        return monitor
+
+    async def _run_tasks(
+        self, store: MessageStore, registration: NamesrvRegistration, clients: ClientManager,
+        notifier: ConsumerIdsNotifier, pull_hold: PullHold, offsets: ConsumerOffsetManager,
+        runtime_stats: RuntimeStats,
+    ) -> None:
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(store.run(), name="store"),
@@ -275,9 +310,6 @@ class BrokerNode:
             await registration.unregister()
             for task in tasks:
                 task.cancel()
-        await offsets.persist()
-        await topics.persist()
-        await groups.persist()
 
     def _register_processors(
         self, router: Router, store: MessageStore, store_host: HostPort, boot_ms: int, *,
