@@ -36,7 +36,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,10 @@ SAMPLES_PER_STALL_MAX: Final = 64
 GC_RECORDED_MIN_S: Final = 0.001  # shorter collections are never a stall's cause
 GC_RECORDS_MAX: Final = 256
 # The loop's own machinery: not what the loop was running.
-_MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "threading.py", "broker/loop_monitor.py")
+_MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
+                           "broker/loop_monitor.py")
+IDLE: Final = "(idle: the loop was waiting for events)"
+_CO_COROUTINE: Final = 0x80
 
 
 class StallCause(enum.Enum):
@@ -74,31 +77,48 @@ class StallWindow:
 
 
 def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
-    """The cause that took at least half of the window's time, in the order GC (it runs on the
-    CPU, so it would otherwise read as BUSY), not scheduled, busy, blocked."""
-    wall_s = max(window.end_s - window.start_s, 1e-9)
+    """GC when collections took at least half the lag (a collection runs on the CPU, so it
+    would otherwise read as BUSY); else whichever took most of the window: running (BUSY),
+    waiting for a CPU (NOT_SCHEDULED) or off the CPU (BLOCKED)."""
     if gc_s >= window.lag_s / 2:
         return StallCause.GC
     if window.on_cpu_s is None or window.runqueue_wait_s is None:
         return StallCause.UNKNOWN
-    if window.runqueue_wait_s >= wall_s / 2:
-        return StallCause.NOT_SCHEDULED
-    if window.on_cpu_s >= wall_s / 2:
-        return StallCause.BUSY
-    return StallCause.BLOCKED
+    off_cpu_s = window.end_s - window.start_s - window.on_cpu_s - window.runqueue_wait_s
+    shares = {
+        StallCause.BUSY: window.on_cpu_s,
+        StallCause.NOT_SCHEDULED: window.runqueue_wait_s,
+        StallCause.BLOCKED: off_cpu_s,
+    }
+    return max(shares, key=shares.__getitem__)
 
 
-def format_stack(frame: FrameType | None, *, depth: int = STACK_DEPTH_MAX) -> tuple[str, ...]:
-    """`func (file:line)` of the innermost `depth` frames outside the loop's own machinery,
-    innermost first."""
+def format_stack(frame: FrameType | None, *, depth: int = STACK_DEPTH_MAX,
+                 base: frozenset[CodeType] = frozenset()) -> tuple[str, ...]:
+    """`func (file:line)` of the innermost `depth` frames outside the loop's own machinery and
+    outside `base` (the frames that run the loop itself), innermost first; `(IDLE,)` when only
+    those remain: the loop was not running a callback."""
     out: list[str] = []
     while frame is not None and len(out) < depth:
         code = frame.f_code
         path = code.co_filename
-        if not any(part in path for part in _MACHINERY_FILES):
+        if code not in base and not any(part in path for part in _MACHINERY_FILES):
             out.append(f"{code.co_qualname} ({_short_path(path)}:{frame.f_lineno})")
         frame = frame.f_back
-    return tuple(out)
+    return tuple(out) if out else (IDLE,)
+
+
+def loop_base_frames(frame: FrameType | None) -> frozenset[CodeType]:
+    """The code of the frames outside the outermost coroutine of `frame`'s stack: those that
+    run the loop (`main()`, `uvloop.run`, ...), seen in every sample of the loop thread."""
+    codes: list[CodeType] = []
+    while frame is not None:
+        if frame.f_code.co_flags & _CO_COROUTINE:
+            codes.clear()
+        else:
+            codes.append(frame.f_code)
+        frame = frame.f_back
+    return frozenset(codes)
 
 
 def _short_path(path: str) -> str:
@@ -149,6 +169,7 @@ class LoopMonitor:
         self._count_stall = count_stall
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
+        self._base: frozenset[CodeType] = frozenset()
         self._handle: asyncio.TimerHandle | None = None
         self._schedstat: _SchedStat | None = None
         self._due_s = 0.0
@@ -174,6 +195,7 @@ class LoopMonitor:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._loop_thread_id = threading.get_ident()
+        self._base = loop_base_frames(sys._getframe())
         self._schedstat = _SchedStat()
         self._last_sched = self._schedstat.read()
         now = time.monotonic()
@@ -242,7 +264,7 @@ class LoopMonitor:
         while not self._stop.wait(period):
             if time.monotonic() - self._due_s > self._threshold_s:
                 frame = sys._current_frames().get(self._loop_thread_id)
-                self._samples.append((time.monotonic(), format_stack(frame)))
+                self._samples.append((time.monotonic(), format_stack(frame, base=self._base)))
                 del frame
             self._report_pending()
 

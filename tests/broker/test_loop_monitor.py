@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from broker.loop_monitor import LoopMonitor, StallCause, StallWindow, classify_stall, format_stack
+from broker.loop_monitor import (
+    IDLE,
+    LoopMonitor,
+    StallCause,
+    StallWindow,
+    classify_stall,
+    format_stack,
+    loop_base_frames,
+)
 from tests.broker.support import broker_config, running_broker, wait_until
 from tests.broker.test_namesrv_and_metrics import sample, scrape
 
@@ -55,6 +63,19 @@ def test_format_stack_names_the_innermost_frames_first() -> None:
         "test_format_stack_names_the_innermost_frames_first.<locals>.outer",
     ]
     assert "test_loop_monitor.py:" in stack[0]
+
+
+def test_a_stack_of_loop_frames_only_reads_as_idle() -> None:
+    frame = sys._getframe()
+    assert format_stack(frame, base=loop_base_frames(frame)) == (IDLE,)
+    assert format_stack(frame, base=loop_base_frames(frame.f_back))[0].startswith(
+        "test_a_stack_of_loop_frames_only_reads_as_idle")
+
+
+async def test_the_loop_base_is_what_lies_outside_the_outermost_coroutine() -> None:
+    base = loop_base_frames(sys._getframe())
+    assert sys._getframe().f_code not in base
+    assert all(not code.co_flags & 0x80 for code in base)
 
 
 def test_bad_settings_are_refused() -> None:

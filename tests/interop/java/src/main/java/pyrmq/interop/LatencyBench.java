@@ -1,0 +1,263 @@
+package pyrmq.interop;
+
+import java.nio.ByteBuffer;
+import java.util.Locale;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import org.HdrHistogram.Histogram;
+import org.HdrHistogram.Recorder;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * The open-loop latency benchmark of benchmarks/test_latency.py, shaped like the OpenMessaging
+ * Benchmark's RocketMQ driver: one producer sending at a fixed rate with the client's autoBatch on
+ * (asynchronous sends, a callback per message), and one push consumer in the same JVM.
+ *
+ * <pre>
+ *   LatencyBench namesrv topic [--rate=50000 --body-bytes=1024 --warmup-s=10 --duration-s=30
+ *                               --drain-s=10 --report-s=5 --group=pyrmq_latency --timeout-s=120]
+ * </pre>
+ *
+ * <p>Open loop: message i is due at start + i / rate whatever happened to earlier ones (a slow
+ * broker does not slow the producer down, so stalls are not hidden: coordinated omission). The
+ * sender thread sends every message that is due, then parks until the next one. Each body starts
+ * with the System.nanoTime() of its send call (8 bytes), so the consumer, in this JVM, measures
+ * end-to-end latency (send call to the consumer's listener) with the same clock.
+ *
+ * <p>Publish latency: send call to the send callback (the broker's acknowledgement, after the
+ * client's batching). Only messages sent inside the measured window (warmup-s after the start,
+ * for duration-s) count, for both latencies; after the window the consumer gets drain-s to
+ * receive what was sent in it. Histograms are HdrHistogram (microseconds, 3 significant digits).
+ *
+ * <p>Output: "WINDOW_OPEN" and "WINDOW_CLOSED" around the measured window; every report-s one
+ * line "INTERVAL t_s pub_p99_ms pub_max_ms e2e_p99_ms e2e_max_ms sent received" (all messages of
+ * that interval, warm-up included); then one line of JSON: {"rate", "sent", "send_errors",
+ * "acked", "received", "missing", "behind_max_ms", "publish": {"p50_ms", "p99_ms", "p999_ms",
+ * "max_ms"}, "e2e": {...}, "client_cpu_pct"}. behind_max_ms is how far the sender ever fell
+ * behind its schedule (a large value: the client, not the broker, was the limit). Exit 0 unless
+ * the arguments are bad.
+ */
+public final class LatencyBench {
+    static final String USAGE = "LatencyBench <namesrv> <topic> [--rate=50000] [--body-bytes=1024]"
+        + " [--warmup-s=10] [--duration-s=30] [--drain-s=10] [--report-s=5]"
+        + " [--group=pyrmq_latency] [--timeout-s=120]";
+    private static final String PRODUCER_GROUP = "pyrmq_latency_producer";
+    private static final long HIGHEST_US = 3_600_000_000L;
+
+    private LatencyBench() {
+    }
+
+    /** The latencies and counts shared by the sender, the callbacks and the consumer. */
+    static final class Stats {
+        final long measureFrom;
+        final long measureTo;
+        final Recorder publish = new Recorder(HIGHEST_US, 3);
+        final Recorder e2e = new Recorder(HIGHEST_US, 3);
+        final Recorder publishInterval = new Recorder(HIGHEST_US, 3);
+        final Recorder e2eInterval = new Recorder(HIGHEST_US, 3);
+        final AtomicLong acked = new AtomicLong();
+        final AtomicLong sendErrors = new AtomicLong();
+        final AtomicLong received = new AtomicLong();
+        final AtomicLong sentInterval = new AtomicLong();
+        final AtomicLong receivedInterval = new AtomicLong();
+
+        Stats(long measureFrom, long measureTo) {
+            this.measureFrom = measureFrom;
+            this.measureTo = measureTo;
+        }
+
+        boolean measured(long sentAt) {
+            return sentAt >= measureFrom && sentAt < measureTo;
+        }
+    }
+
+    public static void main(String[] argv) throws Exception {
+        Common.Args args = Common.Args.parse(argv, 2, USAGE);
+        String namesrv = args.get(0);
+        String topic = args.get(1);
+        int rate = args.intOption("rate", 50_000);
+        int bodyBytes = Math.max(8, args.intOption("body-bytes", 1024));
+        long warmupNanos = args.intOption("warmup-s", 10) * 1_000_000_000L;
+        long durationNanos = args.intOption("duration-s", 30) * 1_000_000_000L;
+        long drainNanos = args.intOption("drain-s", 10) * 1_000_000_000L;
+        long reportNanos = Math.max(1, args.intOption("report-s", 5)) * 1_000_000_000L;
+        String group = args.option("group", "pyrmq_latency");
+        Common.watchdog(args.intOption("timeout-s", 120));
+
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        Common.configureClient(consumer, namesrv, "latency-consumer");
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        // Stats exist before any message can arrive; the window is fixed once the producer runs.
+        long start = System.nanoTime() + 1_000_000_000L;
+        Stats stats = new Stats(start + warmupNanos, start + warmupNanos + durationNanos);
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            long now = System.nanoTime();
+            for (MessageExt msg : msgs) {
+                byte[] body = msg.getBody();
+                if (body == null || body.length < 8) {
+                    continue;
+                }
+                long sentAt = ByteBuffer.wrap(body, 0, 8).getLong();
+                long micros = Math.max(0, (now - sentAt) / 1000);
+                stats.e2eInterval.recordValue(Math.min(micros, HIGHEST_US));
+                stats.receivedInterval.incrementAndGet();
+                if (stats.measured(sentAt)) {
+                    stats.e2e.recordValue(Math.min(micros, HIGHEST_US));
+                    stats.received.incrementAndGet();
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+
+        DefaultMQProducer producer = new DefaultMQProducer(PRODUCER_GROUP);
+        Common.configureClient(producer, namesrv, "latency-producer");
+        producer.setSendMsgTimeout(3000);
+        producer.setAutoBatch(true);
+        producer.start();
+
+        Thread reporter = new Thread(() -> report(stats, start, reportNanos), "latency-report");
+        reporter.setDaemon(true);
+        reporter.start();
+        long cpuAtOpen = 0;
+        boolean opened = false;
+        long behindMax = 0;
+        long sent = 0;
+        long measuredSent = 0;
+        long end = stats.measureTo;
+        ByteBuffer template = ByteBuffer.wrap(Common.body("latency", bodyBytes));
+        while (true) {
+            long now = System.nanoTime();
+            if (!opened && now >= stats.measureFrom) {
+                cpuAtOpen = LoadGenCpu.processCpuNanos();
+                Common.out("WINDOW_OPEN");
+                opened = true;
+            }
+            if (now >= end) {
+                break;
+            }
+            // Message i is due i / rate seconds after the start (no overflow: an hour at
+            // 10^6 msg/s is 3.6e18 < 2^63).
+            long dueAt = start + sent * 1_000_000_000L / rate;
+            if (now < dueAt) {
+                LockSupport.parkNanos(Math.max(dueAt - now, 1_000));
+                continue;
+            }
+            behindMax = Math.max(behindMax, now - dueAt);
+            byte[] body = template.array().clone();
+            long sentAt = System.nanoTime();
+            ByteBuffer.wrap(body).putLong(0, sentAt);
+            boolean measured = stats.measured(sentAt);
+            try {
+                producer.send(new Message(topic, body), new SendCallback() {
+                    @Override
+                    public void onSuccess(SendResult result) {
+                        long micros = (System.nanoTime() - sentAt) / 1000;
+                        if (result.getSendStatus() != SendStatus.SEND_OK) {
+                            stats.sendErrors.incrementAndGet();
+                            return;
+                        }
+                        stats.publishInterval.recordValue(Math.min(micros, HIGHEST_US));
+                        if (measured) {
+                            stats.publish.recordValue(Math.min(micros, HIGHEST_US));
+                            stats.acked.incrementAndGet();
+                        }
+                    }
+
+                    @Override
+                    public void onException(Throwable e) {
+                        stats.sendErrors.incrementAndGet();
+                        Common.err("ERROR send " + e);
+                    }
+                });
+            } catch (Exception e) {
+                stats.sendErrors.incrementAndGet();
+                Common.err("ERROR send " + e);
+            }
+            sent++;
+            stats.sentInterval.incrementAndGet();
+            if (measured) {
+                measuredSent++;
+            }
+        }
+        long cpuAtClose = LoadGenCpu.processCpuNanos();
+        long closedAt = System.nanoTime();
+        Common.out("WINDOW_CLOSED");
+        // The consumer gets drain-s to receive what the window sent; then the figures are final.
+        long drainUntil = System.nanoTime() + drainNanos;
+        while (System.nanoTime() < drainUntil
+            && (stats.received.get() < measuredSent || stats.acked.get() + stats.sendErrors.get() < measuredSent)) {
+            LockSupport.parkNanos(10_000_000L);
+        }
+        Histogram publish = stats.publish.getIntervalHistogram();
+        Histogram e2e = stats.e2e.getIntervalHistogram();
+        long received = stats.received.get();
+        String json = String.format(Locale.ROOT,
+            "{\"rate\": %d, \"body_bytes\": %d, \"seconds\": %.1f, \"sent\": %d, \"send_errors\": %d,"
+                + " \"acked\": %d, \"received\": %d, \"missing\": %d, \"behind_max_ms\": %.3f,"
+                + " \"publish\": %s, \"e2e\": %s, \"client_cpu_pct\": %.1f}",
+            rate, bodyBytes, durationNanos / 1e9, measuredSent, stats.sendErrors.get(),
+            stats.acked.get(), received, Math.max(0, measuredSent - received), behindMax / 1e6,
+            percentiles(publish), percentiles(e2e),
+            100.0 * (cpuAtClose - cpuAtOpen) / Math.max(1, closedAt - stats.measureFrom));
+        Common.out(json);
+        producer.shutdown();
+        consumer.shutdown();
+        System.exit(Common.EXIT_OK);
+    }
+
+    /** Every reportNanos, one INTERVAL line for the messages of that interval. */
+    private static void report(Stats stats, long start, long reportNanos) {
+        long next = start + reportNanos;
+        while (true) {
+            long left = next - System.nanoTime();
+            if (left > 0) {
+                LockSupport.parkNanos(left);
+                continue;
+            }
+            Histogram publish = stats.publishInterval.getIntervalHistogram();
+            Histogram e2e = stats.e2eInterval.getIntervalHistogram();
+            Common.out(String.format(Locale.ROOT, "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d",
+                (next - start) / 1e9, ms(publish, 99.0), maxMs(publish), ms(e2e, 99.0), maxMs(e2e),
+                stats.sentInterval.getAndSet(0), stats.receivedInterval.getAndSet(0)));
+            next += reportNanos;
+        }
+    }
+
+    private static double ms(Histogram histogram, double percentile) {
+        return histogram.getTotalCount() == 0 ? 0.0 : histogram.getValueAtPercentile(percentile) / 1000.0;
+    }
+
+    private static double maxMs(Histogram histogram) {
+        return histogram.getTotalCount() == 0 ? 0.0 : histogram.getMaxValue() / 1000.0;
+    }
+
+    private static String percentiles(Histogram histogram) {
+        if (histogram.getTotalCount() == 0) {
+            return "null";
+        }
+        return String.format(Locale.ROOT,
+            "{\"count\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f}",
+            histogram.getTotalCount(), ms(histogram, 50.0), ms(histogram, 99.0), ms(histogram, 99.9),
+            maxMs(histogram));
+    }
+
+    /** The JVM's CPU time (all threads). */
+    private static final class LoadGenCpu {
+        static long processCpuNanos() {
+            com.sun.management.OperatingSystemMXBean os = (com.sun.management.OperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+            return os.getProcessCpuTime();
+        }
+    }
+}
