@@ -2,10 +2,12 @@
 
 Start: open the store (recovery, in a worker thread), load `config/topics.json`,
 `subscriptionGroup.json` and `consumerOffset.json`, bind the remoting server on `listenPort`
-(port 0 picks a free one, for tests), register every processor, start the metrics endpoint, then
-run the background tasks: the store's loops, the name-server registration, client housekeeping,
-consumer-ids notifications, the long-polling check, the periodic consumer-offset persist and the
-TPS sampler of the runtime info.
+(port 0 picks a free one, for tests), register every processor, start the metrics endpoint,
+freeze the start-up heap (`broker/heap.py`, when the process entry point asks), start the
+event-loop lag monitor (`broker/loop_monitor.py`), then run the background tasks: the store's
+loops, the name-server registration, client housekeeping, consumer-ids notifications, the
+long-polling check, the periodic consumer-offset persist and the TPS sampler of the runtime
+info.
 
 Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
@@ -47,6 +49,7 @@ from broker.config_file import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager
 from broker.errors import BrokerConfigError
+from broker.heap import freeze_startup_heap
 from broker.loop_monitor import LoopMonitor, StallCause
 from broker.metrics import BrokerMetrics
 from broker.metrics_http import MetricsHttpServer
@@ -109,9 +112,11 @@ class BrokerNode:
         *,
         handle_signals: bool = False,
         server_limits: ServerLimits | None = None,
+        freeze_heap: bool = False,
     ) -> None:
         check_supported(config)
         self.config = config
+        self._freeze_heap = freeze_heap
         self._handle_signals = handle_signals
         self._server_limits = server_limits or ServerLimits(
             idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000
@@ -260,6 +265,8 @@ class BrokerNode:
         log.info("broker started broker_name=%s cluster=%s address=%s namesrv=%s",
                  config.broker_name, config.broker_cluster_name, self.broker_addr,
                  ";".join(config.namesrv_addr_list) or "-")
+        if self._freeze_heap:
+            freeze_startup_heap()
         self.started.set()
         monitor = self._start_loop_monitor(metrics)
         try:

@@ -184,6 +184,16 @@ class ConsumeQueue:
             next_start -= next_start % file_size
         return next_start if next_start < (queue_offset + count) * CQ_UNIT_SIZE else None
 
+    def spare_wanted(self) -> int | None:
+        """Where the next file starts (in bytes) when it is time to create it ahead of need:
+        the writer is in the second half of the last file and no spare is ready. None
+        otherwise. Cheap: called after every append."""
+        if self._spares or not self._files.files:
+            return None
+        if (self._write_end - self._next_offset * CQ_UNIT_SIZE) * 2 > self._files.file_size:
+            return None
+        return self._write_end
+
     def create_file_detached(self, start: int) -> MappedFile:
         """Create the file at byte `start` without adding it to the queue (a worker thread
         does this; `adopt_prepared` then takes it on the event loop). Blocking."""

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
 
 from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+ALLOCATE_INTERVAL_S: Final = 0.1
 
 
 def system_wall_ms() -> int:
@@ -145,6 +148,10 @@ class MessageStore:
         self._logics_flushed_store_timestamp = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
+        # Consume queues past the middle of their last file, whose next file the allocator
+        # creates ahead of need (as the commitlog's next segment).
+        self._spares_wanted: dict[tuple[str, int], ConsumeQueue] = {}
+        self._allocate_wakeup: asyncio.Event | None = None
         self._flush_wakeup: asyncio.Event | None = None
         self._disk_lock: asyncio.Lock | None = None
         # The store's own worker threads for disk work: close() waits for what is in flight
@@ -330,6 +337,8 @@ class MessageStore:
                 self._dispatcher.last_store_timestamp = store_timestamp
             else:
                 self.dispatch_pending()
+        if queue.spare_wanted() is not None:
+            self._want_spare(queue)
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
@@ -353,8 +362,15 @@ class MessageStore:
                 self._dispatcher.last_store_timestamp = store_timestamp
             else:
                 self.dispatch_pending()
+        if queue.spare_wanted() is not None:
+            self._want_spare(queue)
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
                             store_timestamp)
+
+    def _want_spare(self, queue: ConsumeQueue) -> None:
+        self._spares_wanted[(queue.topic, queue.queue_id)] = queue
+        if self._allocate_wakeup is not None:
+            self._allocate_wakeup.set()
 
     async def _prepare_files(self, topic: str, queue_id: int, size: int, count: int) -> None:
         """Create, in a worker thread, any file the next append would otherwise create on the
@@ -637,6 +653,7 @@ class MessageStore:
         """The store's background loops (flush, group commit, consume-queue flush, checkpoint,
         segment pre-allocation, retention) until cancelled."""
         self._flush_wakeup = asyncio.Event()
+        self._allocate_wakeup = asyncio.Event()
         async with asyncio.TaskGroup() as group:
             if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
                 group.create_task(self._group_commit_loop())
@@ -706,14 +723,39 @@ class MessageStore:
         await self._in_thread(write_checkpoint, self._checkpoint_path, self._checkpoint_value())
 
     async def _allocate_loop(self) -> None:
+        """Files ahead of need, in worker threads (RocketMQ's AllocateMappedFileService): the
+        next consume-queue file of every queue past the middle of its last one (woken by the
+        append that got there), the next commitlog segment once the current one is half
+        written, and pre-faulted pages ahead of the commitlog's writer. A put then finds its
+        files ready and never waits for a disk operation."""
+        assert self._allocate_wakeup is not None
+        wakeup = self._allocate_wakeup
         while True:
-            await asyncio.sleep(0.1)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ALLOCATE_INTERVAL_S):
+                    await wakeup.wait()
+            wakeup.clear()
+            await self._prepare_spares()
             await self._in_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
             if start is not None:
                 with contextlib.suppress(DiskFullError):
                     # A full disk here is reported by the append that needs the file.
                     await self._in_thread(self.commitlog.prepare_next_file, start)
+
+    async def _prepare_spares(self) -> None:
+        wanted, self._spares_wanted = self._spares_wanted, {}
+        for (topic, queue_id), queue in wanted.items():
+            start = queue.spare_wanted()
+            if start is None or self.consume_queues.get(topic, queue_id) is not queue:
+                continue
+
+            async def create(at: int = start, queue: ConsumeQueue = queue) -> None:
+                queue.adopt_prepared(await self._in_thread(queue.create_file_detached, at))
+
+            with contextlib.suppress(DiskFullError):
+                # Shared with a put that needs the same file now (`_prepare_files`).
+                await self._once(("cq", topic, queue_id, start), create)
 
     async def _clean_loop(self) -> None:
         while True:

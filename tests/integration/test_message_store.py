@@ -446,3 +446,43 @@ def test_new_files_and_directories_are_made_durable(
     for parent in (root, root / "consumequeue", root / "consumequeue" / "NewTopic",
                    root / "consumequeue" / "NewTopic" / "3", root / "commitlog"):
         assert str(parent) in synced, f"directory {parent} never fsynced"
+
+
+async def test_files_are_prepared_ahead_so_puts_crossing_into_them_create_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the store running, the next consume-queue file of a queue past the middle of its
+    last file and the next commitlog segment are created ahead of need (in worker threads);
+    the puts that then cross into them wait on no file creation (fallocate, fsyncs)."""
+    from store.mapped_file import MappedFile
+    from tests.remoting.support import wait_until
+
+    store = MessageStore(small_config(tmp_path / "s"))
+    store.open()
+    cq_dir = tmp_path / "s" / "consumequeue" / "TopicTest" / "0"
+    commitlog_dir = tmp_path / "s" / "commitlog"
+    try:
+        async with running(store):
+            # 100 units per consume-queue file, 64 KiB commitlog segments (~40 of these).
+            for _ in range(70):
+                await store.put_message(message(b"p" * 1500))
+            await wait_until(lambda: len(list(cq_dir.iterdir())) == 2, timeout_s=5,
+                             what="the second consume-queue file created ahead")
+            await wait_until(
+                lambda: len(list(commitlog_dir.iterdir())) == len(store.commitlog.files.files) + 1,
+                timeout_s=5, what="the next commitlog segment created ahead")
+            files_before = len(store.commitlog.files.files)
+
+            def refuse(cls: type[MappedFile], path: Path, file_size: int) -> MappedFile:
+                raise AssertionError(f"a put created {path} itself")
+
+            monkeypatch.setattr(MappedFile, "create", classmethod(refuse))
+            for _ in range(35):  # queue offsets 70..104: into the prepared files
+                result = await store.put_message(message(b"p" * 1500))
+                assert result.status is PutStatus.PUT_OK
+            monkeypatch.undo()
+        assert store.max_offset_in_queue("TopicTest", 0) == 105
+        assert len(store.commitlog.files.files) == files_before + 1
+        assert [r.queue_offset for r in read_all(store, "TopicTest", 0)] == list(range(105))
+    finally:
+        store.close()
