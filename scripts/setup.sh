@@ -16,4 +16,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-.venv/bin/python -m tests.interop.build  # RocketMQ 5.3.3 jars + our Java programs for tests/interop (Maven; seconds when cached)
+.venv/bin/python -m tests.interop.build  # every RocketMQ release in tests/interop/build.py ROCKETMQ_VERSIONS + our Java programs (Maven; seconds when cached)

@@ -1,9 +1,13 @@
 """Builds the Java side of the interop tests: Maven resolves RocketMQ, javac compiles our programs.
 
-`ensure_built()` runs Maven at most once per change of tests/interop/java (pom.xml or sources):
-a stamp file under target/ records the hash it built. It tries `mvn -o` (offline) first, so that a
-machine whose ~/.m2 already holds everything never touches the network, and falls back to an
-online build. `python -m tests.interop.build` does the same from ./scripts/setup.sh.
+Every Apache RocketMQ release in `ROCKETMQ_VERSIONS` gets its own build of the same pom.xml
+(`mvn -Drocketmq.version=X`), with its own output directory `target/rocketmq-X/` (classes,
+classpath.txt, stamp); the jars of every release are cached side by side in ~/.m2.
+
+`ensure_built(version)` runs Maven at most once per change of tests/interop/java (pom.xml or
+sources) and version: a stamp file records the hash it built. It tries `mvn -o` (offline) first, so
+that a machine whose ~/.m2 already holds everything never touches the network, and falls back to
+an online build. `python -m tests.interop.build` builds every release, from ./scripts/setup.sh.
 
 Invariants:
 - Only one process builds at a time: builds hold an exclusive flock on target/.build.lock.
@@ -26,14 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+# The Apache RocketMQ releases pyrmq is tested against, newest first: THE one list (fixtures,
+# setup.sh and the benchmarks read it). NEWEST is the reference release (the benchmarks' peer).
+# To add a release: put it here, run ./scripts/setup.sh, and run the interop tests.
+ROCKETMQ_VERSIONS: Final[tuple[str, ...]] = ("5.5.0", "5.3.3")
+NEWEST: Final = ROCKETMQ_VERSIONS[0]
+
 JAVA_DIR: Final = Path(__file__).resolve().parent / "java"
 POM_FILE: Final = JAVA_DIR / "pom.xml"
 SOURCE_DIR: Final = JAVA_DIR / "src"
 LOGBACK_CONFIG: Final = JAVA_DIR / "logback.xml"
 TARGET_DIR: Final = JAVA_DIR / "target"
-CLASSES_DIR: Final = TARGET_DIR / "classes"
-CLASSPATH_FILE: Final = TARGET_DIR / "classpath.txt"
-STAMP_FILE: Final = TARGET_DIR / "pyrmq-build.stamp"
 LOCK_FILE: Final = TARGET_DIR / ".build.lock"
 
 JAVA_MAJOR_MIN: Final = 17
@@ -48,13 +55,39 @@ INSTALL_HINT: Final = (
 
 
 class InteropSetupError(Exception):
-    """Java or Maven is missing or too old, or the Maven build failed."""
+    """Java or Maven is missing or too old, the version is not in ROCKETMQ_VERSIONS, or the Maven
+    build failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildDir:
+    """Where the build of one RocketMQ release goes: target/rocketmq-<version>/."""
+
+    version: str
+
+    @property
+    def root(self) -> Path:
+        return TARGET_DIR / f"rocketmq-{self.version}"
+
+    @property
+    def classes(self) -> Path:
+        return self.root / "classes"
+
+    @property
+    def classpath_file(self) -> Path:
+        return self.root / "classpath.txt"
+
+    @property
+    def stamp_file(self) -> Path:
+        return self.root / "pyrmq-build.stamp"
 
 
 @dataclass(frozen=True, slots=True)
 class Classpath:
-    """The runtime classpath of the interop JVMs: our compiled classes first, then the jars."""
+    """The runtime classpath of the interop JVMs of one RocketMQ release: our compiled classes
+    first, then the jars."""
 
+    version: str
     entries: tuple[Path, ...]
     logback_config: Path
 
@@ -62,31 +95,39 @@ class Classpath:
         return os.pathsep.join(str(entry) for entry in self.entries)
 
 
-_built: Classpath | None = None
+_built: dict[str, Classpath] = {}
 
 
-def ensure_built(*, java: str = "java", mvn: str = "mvn") -> Classpath:
-    """The classpath of a complete build, building first if pom.xml or a source changed.
+def ensure_built(version: str, *, java: str = "java", mvn: str = "mvn") -> Classpath:
+    """The classpath of a complete build of RocketMQ `version` (one of ROCKETMQ_VERSIONS), building
+    first if pom.xml or a source changed.
 
     Cached for the life of the process. Raises InteropSetupError (with Maven's last lines) when
     Java or Maven is missing or the build fails; it never returns a partial classpath.
     """
-    global _built  # noqa: PLW0603 - one build per process, shared by every fixture
-    if _built is not None:
-        return _built
+    if version in _built:
+        return _built[version]
+    if version not in ROCKETMQ_VERSIONS:
+        raise InteropSetupError(
+            f"RocketMQ {version} is not one of ROCKETMQ_VERSIONS {ROCKETMQ_VERSIONS} "
+            "(tests/interop/build.py)"
+        )
     check_java(java)
-    TARGET_DIR.mkdir(parents=True, exist_ok=True)
+    build = BuildDir(version)
+    build.root.mkdir(parents=True, exist_ok=True)
     with LOCK_FILE.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        digest = source_digest()
-        classpath = _read_classpath() if _read_stamp() == digest else None
+        digest = source_digest(version)
+        classpath = _read_classpath(build) if _read_stamp(build) == digest else None
         if classpath is None:
-            _run_maven(mvn)
-            classpath = _read_classpath()
+            _run_maven(mvn, version)
+            classpath = _read_classpath(build)
             if classpath is None:
-                raise InteropSetupError(f"maven succeeded but {CLASSPATH_FILE} is incomplete")
-            _write_stamp(digest)
-    _built = classpath
+                raise InteropSetupError(
+                    f"maven succeeded but {build.classpath_file} is incomplete"
+                )
+            _write_stamp(build, digest)
+    _built[version] = classpath
     return classpath
 
 
@@ -112,9 +153,10 @@ def check_java(java: str = "java") -> int:
     return major
 
 
-def source_digest() -> str:
-    """sha256 over pom.xml and every file under src/, names included (a rename rebuilds)."""
-    digest = hashlib.sha256()
+def source_digest(version: str) -> str:
+    """sha256 over the version, pom.xml and every file under src/, names included (a rename
+    rebuilds)."""
+    digest = hashlib.sha256(version.encode() + b"\0")
     files = [POM_FILE, *sorted(path for path in SOURCE_DIR.rglob("*") if path.is_file())]
     for path in files:
         digest.update(str(path.relative_to(JAVA_DIR)).encode())
@@ -124,34 +166,36 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def _read_stamp() -> str | None:
+def _read_stamp(build: BuildDir) -> str | None:
     try:
-        return STAMP_FILE.read_text().strip()
+        return build.stamp_file.read_text().strip()
     except FileNotFoundError:
         return None
 
 
-def _read_classpath() -> Classpath | None:
+def _read_classpath(build: BuildDir) -> Classpath | None:
     """The classpath Maven wrote, or None if the file or anything it names is missing."""
     try:
-        jars = [Path(entry) for entry in CLASSPATH_FILE.read_text().strip().split(os.pathsep)]
+        text = build.classpath_file.read_text().strip()
     except FileNotFoundError:
         return None
-    entries = (CLASSES_DIR, *jars)
-    if not all(entry.exists() for entry in entries) or not any(CLASSES_DIR.rglob("*.class")):
+    jars = [Path(entry) for entry in text.split(os.pathsep)]
+    entries = (build.classes, *jars)
+    if not all(entry.exists() for entry in entries) or not any(build.classes.rglob("*.class")):
         return None
-    return Classpath(entries=entries, logback_config=LOGBACK_CONFIG)
+    return Classpath(version=build.version, entries=entries, logback_config=LOGBACK_CONFIG)
 
 
-def _run_maven(mvn: str) -> None:
+def _run_maven(mvn: str, version: str) -> None:
     """Compile and write the classpath file: offline first, then online. Raises on failure."""
     path = shutil.which(mvn)
     if path is None:
         raise InteropSetupError(f"`{mvn}` not found: {INSTALL_HINT}")
     goals = [
+        f"-Drocketmq.version={version}",
         "compile",
         "dependency:build-classpath",
-        f"-Dmdep.outputFile={CLASSPATH_FILE}",
+        f"-Dmdep.outputFile={BuildDir(version).classpath_file}",
         "-Dmdep.includeScope=runtime",
     ]
     offline = _maven(path, ["-o", *goals])
@@ -161,7 +205,8 @@ def _run_maven(mvn: str) -> None:
     if online.returncode != 0:
         tail = "\n".join((online.stdout + online.stderr).splitlines()[-OUTPUT_TAIL_LINES:])
         raise InteropSetupError(
-            f"maven build of {POM_FILE} failed (exit {online.returncode}); last lines:\n{tail}"
+            f"maven build of {POM_FILE} for RocketMQ {version} failed "
+            f"(exit {online.returncode}); last lines:\n{tail}"
         )
 
 
@@ -177,28 +222,32 @@ def _maven(mvn_path: str, args: list[str]) -> subprocess.CompletedProcess[str]:
         )
     except subprocess.TimeoutExpired as err:
         raise InteropSetupError(
-            f"maven build of {POM_FILE} did not finish within {MAVEN_TIMEOUT_S} s"
+            f"maven build of {POM_FILE} ({' '.join(args[:2])}) did not finish within "
+            f"{MAVEN_TIMEOUT_S} s"
         ) from err
 
 
-def _write_stamp(digest: str) -> None:
-    temp = STAMP_FILE.with_suffix(".tmp")
+def _write_stamp(build: BuildDir, digest: str) -> None:
+    temp = build.stamp_file.with_suffix(".tmp")
     temp.write_text(digest + "\n")
-    os.replace(temp, STAMP_FILE)
+    os.replace(temp, build.stamp_file)
 
 
-def main() -> int:
-    """Build (or check) the interop classpath; for ./scripts/setup.sh."""
-    started = time.monotonic()
-    try:
-        classpath = ensure_built()
-    except InteropSetupError as err:
-        print(f"interop: {err}", file=sys.stderr)
-        return 1
-    print(
-        f"interop: RocketMQ Java classpath ready ({len(classpath.entries) - 1} jars, "
-        f"{time.monotonic() - started:.1f} s)"
-    )
+def main(argv: list[str] | None = None) -> int:
+    """Build (or check) the interop classpath of every release in ROCKETMQ_VERSIONS (or of the
+    versions given as arguments); for ./scripts/setup.sh."""
+    versions = (argv if argv is not None else sys.argv[1:]) or list(ROCKETMQ_VERSIONS)
+    for version in versions:
+        started = time.monotonic()
+        try:
+            classpath = ensure_built(version)
+        except InteropSetupError as err:
+            print(f"interop: RocketMQ {version}: {err}", file=sys.stderr)
+            return 1
+        print(
+            f"interop: RocketMQ {version} Java classpath ready "
+            f"({len(classpath.entries) - 1} jars, {time.monotonic() - started:.1f} s)"
+        )
     return 0
 
 

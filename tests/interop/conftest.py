@@ -1,5 +1,10 @@
-"""Fixtures of the interop tests: the Java classpath (built once per session), a JavaEnv per test,
-and real Apache RocketMQ name servers and brokers.
+"""Fixtures of the interop tests: the Java classpath (built once per session and release), a
+JavaEnv per test, and real Apache RocketMQ name servers and brokers.
+
+Every fixture here that runs Java depends on `rocketmq_version`, parametrized over
+ROCKETMQ_VERSIONS (tests/interop/build.py): each interop test runs once per release, with the
+release in its id (`test_x[rocketmq-5.5.0]`). pytest groups the tests by release, so the
+module-scoped clusters start once per module and release.
 
 Interop tests never skip: without a JDK or Maven, or when the Maven build fails, the classpath
 fixture fails the test with the reason and the fix.
@@ -14,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.interop.harness import (
+    ROCKETMQ_VERSIONS,
     Classpath,
     InteropSetupError,
     JavaEnv,
@@ -32,11 +38,23 @@ class JavaCluster:
     broker: JavaServer
 
 
+@pytest.fixture(
+    scope="session",
+    params=ROCKETMQ_VERSIONS,
+    ids=[f"rocketmq-{version}" for version in ROCKETMQ_VERSIONS],
+)
+def rocketmq_version(request: pytest.FixtureRequest) -> str:
+    """The Apache RocketMQ release of this test run: every release in ROCKETMQ_VERSIONS."""
+    version: str = request.param
+    return version
+
+
 @pytest.fixture(scope="session")
-def interop_classpath() -> Classpath:
-    """The built classpath (Maven runs only when tests/interop/java changed)."""
+def interop_classpath(rocketmq_version: str) -> Classpath:
+    """The built classpath of rocketmq_version (Maven runs only when tests/interop/java
+    changed)."""
     try:
-        return ensure_built()
+        return ensure_built(rocketmq_version)
     except InteropSetupError as err:
         reason = str(err)
     pytest.fail(f"interop set-up: {reason}", pytrace=False)  # outside `except`: no chained trace

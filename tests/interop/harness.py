@@ -1,10 +1,13 @@
 """Runs real Apache RocketMQ Java components (client, name server, broker, mqadmin) on loopback.
 
-A `JavaEnv` owns every JVM it starts, each in its own work directory under one base directory:
-`user.home`, `java.io.tmpdir`, `ROCKETMQ_HOME`, the log file, stdout and stderr all live there, so
-a JVM writes nothing elsewhere. The client programs (tests/interop/java/src/main/java/pyrmq/interop)
-print one line per event, parsed by tests/interop/output.py; this module re-exports that module's
-and tests/interop/network.py's names, so tests import everything from here.
+A `JavaEnv` runs one Apache RocketMQ release: `JavaEnv.of_version("5.5.0", base_dir)`, or
+`JavaEnv(ensure_built(version), base_dir)`; the releases are `ROCKETMQ_VERSIONS` (newest first,
+`NEWEST` is the reference). It owns every JVM it starts, each in its own work directory under one
+base directory: `user.home`, `java.io.tmpdir`, `ROCKETMQ_HOME`, the log file, stdout and stderr
+all live there, so a JVM writes nothing elsewhere. The client programs
+(tests/interop/java/src/main/java/pyrmq/interop) print one line per event, parsed by
+tests/interop/output.py; this module re-exports that module's and tests/interop/network.py's
+names, so tests import everything from here.
 
 Invariants:
 - Every JVM is killed (SIGKILL to its process group) by `JavaEnv.close()`, which the fixtures call
@@ -30,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from tests.interop.build import Classpath, InteropSetupError, ensure_built
+from tests.interop.build import (
+    NEWEST,
+    ROCKETMQ_VERSIONS,
+    Classpath,
+    InteropSetupError,
+    ensure_built,
+)
 from tests.interop.network import (
     NetworkError,
     free_broker_port,
@@ -59,8 +68,10 @@ __all__ = [
     "LITE_PULL_MAIN",
     "MQADMIN_MAIN",
     "NAMESRV_MAIN",
+    "NEWEST",
     "PRODUCE_MAIN",
     "PUSH_CONSUME_MAIN",
+    "ROCKETMQ_VERSIONS",
     "Classpath",
     "ConsumeResult",
     "InteropError",
@@ -215,7 +226,8 @@ def _kill_leftovers() -> None:
 
 
 class JavaEnv:
-    """Starts and owns JVMs; `close()` kills every one of them. Use as a context manager."""
+    """Starts and owns the JVMs of one RocketMQ release (`version`, from the classpath);
+    `close()` kills every one of them. Use as a context manager."""
 
     def __init__(self, classpath: Classpath, base_dir: Path) -> None:
         self.classpath = classpath
@@ -224,6 +236,16 @@ class JavaEnv:
         self._names: Counter[str] = Counter()
         base_dir.mkdir(parents=True, exist_ok=True)
         _LIVE_ENVS.add(self)
+
+    @classmethod
+    def of_version(cls, version: str, base_dir: Path) -> JavaEnv:
+        """A JavaEnv running RocketMQ `version` (one of ROCKETMQ_VERSIONS; built if needed)."""
+        return cls(ensure_built(version), base_dir)
+
+    @property
+    def version(self) -> str:
+        """The RocketMQ release this env runs, e.g. "5.5.0"."""
+        return self.classpath.version
 
     def __enter__(self) -> JavaEnv:
         return self

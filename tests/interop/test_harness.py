@@ -12,7 +12,13 @@ from collections import Counter
 
 import pytest
 
-from tests.interop.build import InteropSetupError, check_java
+from tests.interop.build import (
+    ROCKETMQ_VERSIONS,
+    Classpath,
+    InteropSetupError,
+    check_java,
+    ensure_built,
+)
 from tests.interop.conftest import JavaCluster
 from tests.interop.harness import (
     ConsumeResult,
@@ -153,10 +159,30 @@ def test_lite_pull_consumer_receives_each_message_once(
     assert_exactly_once(result, produced)
 
 
-def test_mqadmin_cluster_list_shows_the_broker(java_cluster: JavaCluster) -> None:
+def test_mqadmin_cluster_list_shows_the_broker_of_this_release(
+    java_cluster: JavaCluster, rocketmq_version: str
+) -> None:
+    """The broker runs the release of the test id (clusterList prints the version it reports)."""
+    assert java_cluster.env.version == rocketmq_version
     done = java_cluster.env.mqadmin(java_cluster.namesrv, "clusterList")
     rows = [line.split() for line in done.stdout.splitlines()]
-    assert ["DefaultCluster", "broker-a", "0", java_cluster.broker.addr] in [r[:4] for r in rows]
+    version = "V" + rocketmq_version.replace(".", "_")
+    assert ["DefaultCluster", "broker-a", "0", java_cluster.broker.addr, version] in [
+        r[:5] for r in rows
+    ]
+
+
+def test_each_release_runs_its_own_jars(interop_classpath: Classpath) -> None:
+    jars = {path.name for path in interop_classpath.entries}
+    for artifact in ("client", "namesrv", "broker", "tools", "store", "remoting"):
+        assert f"rocketmq-{artifact}-{interop_classpath.version}.jar" in jars
+    others = set(ROCKETMQ_VERSIONS) - {interop_classpath.version}
+    assert not {jar for jar in jars for other in others if f"-{other}.jar" in jar}
+
+
+def test_a_release_outside_the_list_is_refused() -> None:
+    with pytest.raises(InteropSetupError, match=r"4\.9\.8 is not one of ROCKETMQ_VERSIONS"):
+        ensure_built("4.9.8")
 
 
 def test_mqadmin_topic_list_shows_the_auto_created_topic(

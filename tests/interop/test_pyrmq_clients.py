@@ -1,6 +1,6 @@
-"""The real RocketMQ 5.3.3 Java client against pyrmq: pyrmq's name server and broker run as real
-processes (`python -m controller`, `python -m broker`), the Java programs of tests/interop/java
-produce and consume through them.
+"""The real RocketMQ Java client (each release) against pyrmq: pyrmq's name server and broker run
+as real processes (`python -m controller`, `python -m broker`), the Java programs of
+tests/interop/java produce and consume through them.
 
 The story: DefaultMQProducer sends 20 TagA messages in each of the sync, async, oneway and batch
 modes, and 5 TagB messages. A DefaultMQPushConsumer (clustering) rejects every tenth message

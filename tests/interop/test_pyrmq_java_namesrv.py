@@ -1,6 +1,6 @@
-"""pyrmq's broker with the real Apache RocketMQ 5.3.3 name server: the broker registers with it,
-the Java clients find the broker's routes there and produce and consume through pyrmq, and a
-SIGTERM unregisters the broker (exit 0, gone from the name server's cluster info).
+"""pyrmq's broker with the real Apache RocketMQ name server (each release): the broker registers
+with it, the Java clients find the broker's routes there and produce and consume through pyrmq, and
+a SIGTERM unregisters the broker (exit 0, gone from the name server's cluster info).
 """
 
 from __future__ import annotations

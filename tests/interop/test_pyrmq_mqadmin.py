@@ -1,4 +1,4 @@
-"""`mqadmin` (Apache RocketMQ 5.3.3 rocketmq-tools) against pyrmq's name server and broker:
+"""`mqadmin` (Apache RocketMQ rocketmq-tools, each release) against pyrmq's name server and broker:
 updateTopic, topicList, topicStatus, clusterList and brokerStatus succeed and print pyrmq's data.
 
 A topic is created with `updateTopic -r 3 -w 5`, then pyrmq's own client stores 3 messages in
