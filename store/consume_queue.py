@@ -443,10 +443,19 @@ class ConsumeQueue:
         return doomed
 
     def flush(self) -> None:
-        """msync every file with unflushed units; blocking (worker thread)."""
-        for mapped in self._files.files:
-            if mapped.flushed_position < mapped.wrote_position:
-                mapped.flush()
+        """msync every file with unflushed units; blocking (worker thread).
+
+        Only the last files can have any (units are written to the last file only, and a file
+        is flushed before any earlier one can become clean): walking back from the end and
+        stopping at the first clean file keeps this independent of the queue's length (the
+        flushing thread holds the GIL, which the event loop needs, while it walks)."""
+        dirty = []
+        for mapped in reversed(self._files.files):
+            if mapped.flushed_position >= mapped.wrote_position:
+                break
+            dirty.append(mapped)
+        for mapped in reversed(dirty):
+            mapped.flush()
 
     def destroy(self) -> None:
         self._drop_spares()
