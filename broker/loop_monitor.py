@@ -50,7 +50,11 @@ GC_RECORDS_MAX: Final = 256
 # The loop's own machinery: not what the loop was running.
 _MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
                            "broker/loop_monitor.py")
-IDLE: Final = "(idle: the loop was waiting for events)"
+# No Python callback on the stack: the loop was waiting for events, or in its own C code (uvloop's
+# socket reads and writes). The watchdog needs the GIL to sample, so a stall inside one long C
+# call that holds the GIL is sampled only after it: named by the frame that made the call, or
+# read as this when the loop went back to waiting right after it.
+IDLE: Final = "(no Python callback: the loop's own C code, or waiting for events)"
 _CO_COROUTINE: Final = 0x80
 
 
