@@ -15,13 +15,15 @@ its name server) is paused meanwhile. Printed per rate: p50, p99, p99.9 and max 
 latencies for each broker and their ratios pyrmq/Java (below 1: pyrmq is faster), the CPU each
 broker used, and pyrmq's event-loop stalls over 10 ms during its window, with their causes,
 from its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must only
-measure something. Cost: about 4 x (WARMUP_S + WINDOW_S + ~10 s) plus start-up, ~4 minutes.
+measure something (a broker that did not keep up is printed as NOT MEASURED, with its counts).
+Cost: about 4 x (WARMUP_S + WINDOW_S + ~10 s) plus start-up, ~4 minutes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 import time
@@ -46,7 +48,10 @@ from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 
-RATES: Final = (20_000, 50_000)
+# PYRMQ_LATENCY_RATES="5000,20000" measures other rates (e.g. what a busy machine holds).
+RATES: Final = tuple(
+    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000,50000").split(",")
+)
 QUEUES: Final = 16
 BODY_BYTES: Final = 1024
 WARMUP_S: Final = 10
@@ -95,12 +100,23 @@ class Latencies:
     max_ms: float
 
     @classmethod
-    def of(cls, value: object) -> Latencies:
-        assert isinstance(value, dict), f"no latencies measured: {value!r}"
+    def of(cls, value: object) -> Latencies | None:
+        """The four figures, or None when nothing was measured (no acknowledgement, nothing
+        consumed: the broker or this machine did not keep up)."""
+        if not isinstance(value, dict):
+            return None
         return cls(*(float(value[key]) for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms")))
 
-    def text(self) -> str:
-        return f"{self.p50_ms:.1f} / {self.p99_ms:.1f} / {self.p999_ms:.1f} / {self.max_ms:.1f}"
+    @staticmethod
+    def text(latencies: Latencies | None) -> str:
+        if latencies is None:
+            return "NOT MEASURED"
+        return (f"{latencies.p50_ms:.1f} / {latencies.p99_ms:.1f} / {latencies.p999_ms:.1f} / "
+                f"{latencies.max_ms:.1f}")
+
+    @staticmethod
+    def ratio_text(ours: Latencies | None, peer: Latencies | None) -> str:
+        return "-" if ours is None or peer is None else ours.ratios(peer)
 
     def ratios(self, peer: Latencies) -> str:
         pairs = zip(
@@ -117,11 +133,11 @@ class Run:
     intervals: list[str]
 
     @property
-    def publish(self) -> Latencies:
+    def publish(self) -> Latencies | None:
         return Latencies.of(self.result["publish"])
 
     @property
-    def e2e(self) -> Latencies:
+    def e2e(self) -> Latencies | None:
         return Latencies.of(self.result["e2e"])
 
     def counts(self) -> str:
@@ -198,8 +214,8 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     assert code == 0, process.diagnostics()
     out = process.stdout()
     result = last_json_line(out, what=name)
-    assert result["acked"], f"{name}: no send was acknowledged\n{process.diagnostics()}"
-    assert result["received"], f"{name}: nothing was consumed\n{process.diagnostics()}"
+    if not result["acked"] or not result["received"]:
+        print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
     cpu_pct = 100 * (closed[0] - opened[0]) / max(closed[1] - opened[1], 1e-9)
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
     return Run(result, cpu_pct, intervals)
@@ -238,10 +254,10 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
     peer = f"RocketMQ-{NEWEST}"
     record(f"{rate:,} msg/s:")
-    record(f"    publish     pyrmq {ours.publish.text()}, {peer} {theirs.publish.text()}, "
-           f"ratio {ours.publish.ratios(theirs.publish)}")
-    record(f"    end-to-end  pyrmq {ours.e2e.text()}, {peer} {theirs.e2e.text()}, "
-           f"ratio {ours.e2e.ratios(theirs.e2e)}")
+    for what, mine, their in (("publish   ", ours.publish, theirs.publish),
+                              ("end-to-end", ours.e2e, theirs.e2e)):
+        record(f"    {what}  pyrmq {Latencies.text(mine)}, {peer} {Latencies.text(their)}, "
+               f"ratio {Latencies.ratio_text(mine, their)}")
     record(f"    broker CPU over the window: pyrmq {ours.broker_cpu_pct:.0f} %, {peer} "
            f"{theirs.broker_cpu_pct:.0f} % of one core; pyrmq: {describe_stalls(stalls)}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
@@ -249,3 +265,7 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     for name, run in (("pyrmq", ours), (peer, theirs)):
         for line in run.intervals:
             print(f"      {name} {line.removeprefix('INTERVAL ')}")
+    # A run must measure something: at least one broker kept up with the rate enough to have
+    # sends acknowledged and consumed (else the benchmark itself, or this machine, is broken).
+    assert any(run.result["acked"] and run.result["received"] for run in (ours, theirs)), \
+        f"neither broker had a send acknowledged and consumed at {rate} msg/s"

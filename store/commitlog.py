@@ -189,10 +189,14 @@ class CommitLog:
         return start
 
     def need_next_file(self) -> int | None:
-        """Start offset of the file to prepare ahead, or None when it is ready or not needed."""
+        """Start offset of the file to prepare ahead, or None when it is ready or not needed:
+        the first file of an empty log (so that the first put does not wait for a 1 GiB
+        allocation), and the next one once the current file is half written."""
         last = self.files.last
-        if last is None or self._next_file is not None:
+        if self._next_file is not None:
             return None
+        if last is None:
+            return 0
         return last.file_end_offset if last.wrote_position * 2 >= last.file_size else None
 
     def warm_ahead(self) -> None:
