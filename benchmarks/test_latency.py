@@ -28,7 +28,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -131,6 +131,8 @@ class Run:
     result: dict[str, object]
     broker_cpu_pct: float
     intervals: list[str]
+    # The broker's log written during the measured window (pyrmq: its stall reports).
+    window_log: str
 
     @property
     def publish(self) -> Latencies | None:
@@ -188,8 +190,10 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
 
 
 def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, rate: int,
-                      name: str, options: Mapping[str, int | str] | None = None) -> Run:
-    """LatencyBench to its end; raises (with its output) if it fails or outlives its windows."""
+                      name: str, broker_log: Callable[[], str] = str,
+                      options: Mapping[str, int | str] | None = None) -> Run:
+    """LatencyBench to its end; raises (with its output) if it fails or outlives its windows.
+    `broker_log` reads the broker's log: what it wrote during the window is kept."""
     opts: dict[str, int | str] = {
         "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "duration-s": WINDOW_S,
         "drain-s": DRAIN_S, "report-s": REPORT_S, "group": f"latency_{name}", **(options or {}),
@@ -205,9 +209,11 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         deadline = time.monotonic() + timeout_s
         process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
         opened = (process_cpu_seconds(broker_pid), time.monotonic())
+        log_from = len(broker_log())
         process.wait_for_stdout("(?m)^WINDOW_CLOSED$",
                                 timeout_s=max(deadline - time.monotonic(), 1.0))
         closed = (process_cpu_seconds(broker_pid), time.monotonic())
+        window_log = broker_log()[log_from:]
         code = process.wait(max(deadline - time.monotonic(), 1.0))
     finally:
         process.kill()
@@ -218,13 +224,13 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
     cpu_pct = 100 * (closed[0] - opened[0]) / max(closed[1] - opened[1], 1e-9)
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
-    return Run(result, cpu_pct, intervals)
+    return Run(result, cpu_pct, intervals, window_log)
 
 
-def stalls_since(log: str, offset: int) -> list[tuple[float, str, str]]:
-    """(lag_ms, cause, what ran) of every stall the pyrmq broker logged after `offset`."""
+def stalls_in(log: str) -> list[tuple[float, str, str]]:
+    """(lag_ms, cause, what ran) of every stall the pyrmq broker logged in `log`."""
     found = []
-    for line in log[offset:].splitlines():
+    for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
             found.append((float(match.group(1)), match.group(2), match.group(3)))
@@ -244,11 +250,12 @@ def describe_stalls(stalls: list[tuple[float, str, str]]) -> str:
 @pytest.mark.parametrize("rate", RATES, ids=[f"{rate // 1000}k" for rate in RATES])
 def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     topic = topic_of(rate)
-    log_offset = len(brokers.pyrmq_broker.log())
     with paused((brokers.java_namesrv.process.pid, brokers.java_broker.process.pid)):
         ours = run_latency_bench(brokers.java_env, brokers.pyrmq_namesrv.addr,
-                                 brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}")
-    stalls = stalls_since(brokers.pyrmq_broker.log(), log_offset)
+                                 brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}",
+                                 broker_log=brokers.pyrmq_broker.log)
+    # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
+    stalls = stalls_in(ours.window_log)
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
