@@ -220,6 +220,8 @@ class BrokerNode:
             else CHECK_INTERVAL_SHORT_POLLING_MS,
         )
         self.metrics, self.clients, self.pull_hold = metrics, clients, pull_hold
+        # Units dispatched after their append (not by the send path) wake held pulls too.
+        store.arrival_listener = pull_hold.notify_message_arriving
         runtime_stats = RuntimeStats(put_count=lambda: metrics.put_message_count,
                                      get_count=lambda: metrics.get_message_count)
         ip1 = await asyncio.to_thread(resolve_ip, config.broker_ip1)

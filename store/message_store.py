@@ -140,6 +140,11 @@ class MessageStore:
         self.confirm_follows_max = not config.enable_controller_mode
         self.fenced = False
         self.disk_full = False
+        # Told (topic, queue_id, new max queue offset) when `dispatch_pending` writes units to a
+        # queue (records dispatched after their append: controller mode's confirmOffset, a
+        # backlog); the broker wakes the pulls held on it. Inline dispatch in `append_*` is
+        # not reported: its caller knows.
+        self.arrival_listener: Callable[[str, int, int], object] | None = None
         self._opened = False
         self._closed = False
         self._last_store_timestamp = 0
@@ -466,13 +471,19 @@ class MessageStore:
         bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
             self.confirm_offset
         count = 0
+        touched: set[tuple[str, int]] = set()
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
             count += self._dispatcher.dispatch_live(check)
+            touched.add((check.topic, check.queue_id))
 
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
+        listener = self.arrival_listener
+        if listener is not None:
+            for topic, queue_id in touched:
+                listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
         return count
 
     # ================================================================ reads

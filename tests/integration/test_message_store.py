@@ -149,6 +149,26 @@ def test_truncate_must_land_on_a_record_boundary(store: MessageStore) -> None:
     assert store.max_phy_offset == results[-1].end_offset
 
 
+def test_units_dispatched_after_their_append_are_reported_per_queue(tmp_path: Path) -> None:
+    """Controller mode dispatches up to confirmOffset later than the append: the arrival
+    listener hears of each queue that got units (the broker wakes pulls held on it)."""
+    store = MessageStore(small_config(tmp_path / "s", enable_controller_mode=True))
+    store.open()
+    heard: list[tuple[str, int, int]] = []
+    store.arrival_listener = lambda topic, queue_id, max_offset: heard.append(
+        (topic, queue_id, max_offset))
+    try:
+        results = [store.append_message(message(b"m", queue_id=i % 2)) for i in range(5)]
+        assert heard == []
+        store.set_confirm_offset(results[2].end_offset)  # queue 0: offsets 0, 1; queue 1: 0
+        assert sorted(heard) == [("TopicTest", 0, 2), ("TopicTest", 1, 1)]
+        heard.clear()
+        store.set_confirm_offset(results[4].end_offset)
+        assert sorted(heard) == [("TopicTest", 0, 3), ("TopicTest", 1, 2)]
+    finally:
+        store.close()
+
+
 def test_controller_mode_hides_records_past_confirm_offset(tmp_path: Path) -> None:
     store = MessageStore(small_config(tmp_path / "s", enable_controller_mode=True))
     store.open()
