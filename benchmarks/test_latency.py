@@ -196,7 +196,8 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     `broker_log` reads the broker's log: what it wrote during the window is kept."""
     opts: dict[str, int | str] = {
         "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "duration-s": WINDOW_S,
-        "drain-s": DRAIN_S, "report-s": REPORT_S, "group": f"latency_{name}", **(options or {}),
+        "drain-s": DRAIN_S, "report-s": REPORT_S, "queues": QUEUES, "group": f"latency_{name}",
+        **(options or {}),
     }
     timeout_s = float(opts["warmup-s"]) + float(opts["duration-s"]) + float(opts["drain-s"]) \
         + RUN_EXTRA_S

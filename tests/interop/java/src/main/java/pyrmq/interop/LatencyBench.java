@@ -24,10 +24,12 @@ import org.apache.rocketmq.common.message.MessageExt;
  *
  * <pre>
  *   LatencyBench namesrv topic [--rate=50000 --body-bytes=1024 --warmup-s=10 --duration-s=30
- *                               --drain-s=10 --report-s=5 --group=pyrmq_latency --timeout-s=120]
+ *                               --drain-s=10 --report-s=5 --queues=16 --group=pyrmq_latency
+ *                               --timeout-s=120]
  * </pre>
  *
- * <p>Open loop: message i is due at start + i / rate whatever happened to earlier ones (a slow
+ * <p>The producer starts once the push consumer holds all `queues` queues of the topic (or after
+ * 30 s, with a warning), so that the run does not begin with a backlog. Open loop: message i is due at start + i / rate whatever happened to earlier ones (a slow
  * broker does not slow the producer down, so stalls are not hidden: coordinated omission). The
  * sender thread sends every message that is due, then parks until the next one. Each body starts
  * with the System.nanoTime() of its send call (8 bytes), so the consumer, in this JVM, measures
@@ -51,19 +53,21 @@ import org.apache.rocketmq.common.message.MessageExt;
  */
 public final class LatencyBench {
     static final String USAGE = "LatencyBench <namesrv> <topic> [--rate=50000] [--body-bytes=1024]"
-        + " [--warmup-s=10] [--duration-s=30] [--drain-s=10] [--report-s=5]"
+        + " [--warmup-s=10] [--duration-s=30] [--drain-s=10] [--report-s=5] [--queues=16]"
         + " [--group=pyrmq_latency] [--timeout-s=120]";
     private static final String PRODUCER_GROUP = "pyrmq_latency_producer";
     private static final long HIGHEST_US = 3_600_000_000L;
     private static final long ERRORS_PRINTED_MAX = 20;
+    private static final long ASSIGN_TIMEOUT_NANOS = 30_000_000_000L;
 
     private LatencyBench() {
     }
 
     /** The latencies and counts shared by the sender, the callbacks and the consumer. */
     static final class Stats {
-        final long measureFrom;
-        final long measureTo;
+        // Set once the consumer holds its queues; until then nothing counts.
+        volatile long measureFrom = Long.MAX_VALUE;
+        volatile long measureTo = Long.MAX_VALUE;
         final Recorder publish = new Recorder(HIGHEST_US, 3);
         final Recorder e2e = new Recorder(HIGHEST_US, 3);
         final Recorder publishInterval = new Recorder(HIGHEST_US, 3);
@@ -74,9 +78,9 @@ public final class LatencyBench {
         final AtomicLong sentInterval = new AtomicLong();
         final AtomicLong receivedInterval = new AtomicLong();
 
-        Stats(long measureFrom, long measureTo) {
-            this.measureFrom = measureFrom;
-            this.measureTo = measureTo;
+        void window(long from, long to) {
+            measureTo = to;
+            measureFrom = from;
         }
 
         boolean measured(long sentAt) {
@@ -95,15 +99,14 @@ public final class LatencyBench {
         long drainNanos = args.intOption("drain-s", 10) * 1_000_000_000L;
         long reportNanos = Math.max(1, args.intOption("report-s", 5)) * 1_000_000_000L;
         String group = args.option("group", "pyrmq_latency");
+        int queues = args.intOption("queues", 16);
         Common.watchdog(args.intOption("timeout-s", 120));
 
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         Common.configureClient(consumer, namesrv, "latency-consumer");
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
         consumer.subscribe(topic, "*");
-        // Stats exist before any message can arrive; the window is fixed once the producer runs.
-        long start = System.nanoTime() + 1_000_000_000L;
-        Stats stats = new Stats(start + warmupNanos, start + warmupNanos + durationNanos);
+        Stats stats = new Stats();
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             long now = System.nanoTime();
             for (MessageExt msg : msgs) {
@@ -123,6 +126,20 @@ public final class LatencyBench {
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         consumer.start();
+        // The producer starts once the consumer holds every queue: messages sent before would
+        // wait for the rebalance and start the run with a backlog.
+        long assignDeadline = System.nanoTime() + ASSIGN_TIMEOUT_NANOS;
+        while (consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
+                .size() < queues && System.nanoTime() < assignDeadline) {
+            LockSupport.parkNanos(10_000_000L);
+        }
+        int assigned = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+            .getProcessQueueTable().size();
+        if (assigned < queues) {
+            Common.err("WARNING the consumer holds " + assigned + " of " + queues + " queues");
+        }
+        long start = System.nanoTime() + 1_000_000_000L;
+        stats.window(start + warmupNanos, start + warmupNanos + durationNanos);
 
         DefaultMQProducer producer = new DefaultMQProducer(PRODUCER_GROUP);
         Common.configureClient(producer, namesrv, "latency-producer");
