@@ -199,20 +199,29 @@ class CommitLog:
             return 0
         return last.file_end_offset if last.wrote_position * 2 >= last.file_size else None
 
+    def warm_ahead_wanted(self) -> bool:
+        """Whether `warm_ahead` has work: less than half of WARM_AHEAD_BYTES is pre-faulted
+        ahead of the writer. Cheap: checked on the event loop, so that a worker thread (and the
+        GIL hand-over it costs the loop) is used only when there is something to do."""
+        last = self.files.last
+        if last is None or last.buf.closed:
+            return False
+        target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
+        return last.populated_to < target and not (
+            last.populated_to - last.wrote_position >= WARM_AHEAD_BYTES // 2
+            and last.populated_to > 0
+        )
+
     def warm_ahead(self) -> None:
         """Pre-fault the current segment ahead of the writer; blocking (worker thread)."""
         while True:
             # Small chunks: truncation and close wait for one chunk at most.
             with self._populate_lock:
+                if not self.warm_ahead_wanted():
+                    return
                 last = self.files.last
-                if last is None or last.buf.closed:
-                    return
+                assert last is not None
                 target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
-                if last.populated_to >= target or (
-                    last.populated_to - last.wrote_position >= WARM_AHEAD_BYTES // 2
-                    and last.populated_to > 0
-                ):
-                    return
                 last.populate(min(target, max(last.populated_to, last.wrote_position)
                                   + WARM_CHUNK_BYTES))
 

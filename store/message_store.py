@@ -692,6 +692,9 @@ class MessageStore:
             # Every ~10 s flush whatever is dirty, like RocketMQ's thorough flush.
             least = 0 if rounds % max(1, int(10 / interval)) == 0 else \
                 self.config.flush_commit_log_least_pages
+            dirty = self.commitlog.max_phy_offset - self.commitlog.flushed_where
+            if dirty <= 0 or dirty < least * 4096:
+                continue  # nothing to do: no worker thread (each costs the loop the GIL)
             async with self._disk():
                 ts = self._last_store_timestamp
                 await self._in_thread(self.commitlog.flush, least)
@@ -710,9 +713,14 @@ class MessageStore:
             self._logics_flushed_store_timestamp = ts
 
     async def _checkpoint_loop(self) -> None:
+        written: Checkpoint | None = None
         while True:
             await asyncio.sleep(self.config.checkpoint_flush_interval_ms / 1000)
-            await self.write_checkpoint()
+            value = self._checkpoint_value()
+            if value == written:
+                continue  # unchanged: no rewrite, no fsyncs
+            await self._in_thread(write_checkpoint, self._checkpoint_path, value)
+            written = value
 
     def _checkpoint_value(self) -> Checkpoint:
         # Standalone: the committed offset worth protecting is what is flushed. Controller
@@ -747,7 +755,8 @@ class MessageStore:
                     await wakeup.wait()
             wakeup.clear()
             await self._prepare_spares()
-            await self._in_thread(self.commitlog.warm_ahead)
+            if self.commitlog.warm_ahead_wanted():
+                await self._in_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
             if start is not None:
                 with contextlib.suppress(DiskFullError):
