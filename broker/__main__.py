@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}={value}")
         return EXIT_OK
     try:
-        node = BrokerNode(loaded.config, handle_signals=True)
+        node = BrokerNode(loaded.config, handle_signals=True, freeze_heap=True)
     except BrokerError as err:
         print(f"pyrmq-broker: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -151,6 +151,9 @@ class BrokerConfig:
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.PROM
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 5557
+    # -- pyrmq's own: the event-loop lag monitor (broker/loop_monitor.py); interval 0: off
+    event_loop_lag_sample_interval_ms: int = 5
+    event_loop_stall_threshold_ms: int = 20
     # -- store (MessageStoreConfig; see to_store_config)
     store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
@@ -313,6 +316,16 @@ def _delay_levels(text: str) -> object:
 
 
 _INT = _non_negative(_parse_int32)
+
+
+def _positive_int(text: str) -> object:
+    value = _parse_int32(text)
+    assert isinstance(value, int)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
 _LONG = _non_negative(_parse_int64)
 
 KEYS: Final[Mapping[str, _Key]] = {
@@ -382,6 +395,8 @@ KEYS: Final[Mapping[str, _Key]] = {
     "metricsExporterType": _Key("metrics_exporter_type", _enum_parser(MetricsExporterType)),
     "metricsPromExporterHost": _Key("metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": _Key("metrics_prom_exporter_port", _port),
+    "eventLoopLagSampleIntervalMs": _Key("event_loop_lag_sample_interval_ms", _INT),
+    "eventLoopStallThresholdMs": _Key("event_loop_stall_threshold_ms", _positive_int),
     "storePathRootDir": _Key("store_path_root_dir", _parse_path, important=True),
     "mappedFileSizeCommitLog": _Key("mapped_file_size_commit_log", _INT),
     "mappedFileSizeConsumeQueue": _Key("mapped_file_size_consume_queue", _INT),

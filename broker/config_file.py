@@ -7,9 +7,10 @@ unquoted). `ConfigFile` reads what Java writes and writes what Java reads:
 - `load()` parses the file; if it is missing, empty or unparsable it tries `<file>.bak` (as
   Java does); both present and unparsable is a `ConfigFileError` (a broker must not start with an
   empty topic table and then overwrite the good `.bak` on its first persist);
-- `persist(value)` encodes on the event loop (a snapshot of the tables at that moment) and writes
-  in a worker thread with `store.atomic_file.atomic_replace(keep_bak=True)`: `.bak` first, then
-  the new content, each fsynced and renamed, then the directory fsynced.
+- `persist(value)` takes a snapshot of the tables on the event loop (fresh containers), then
+  turns it into text and writes it in a worker thread with
+  `store.atomic_file.atomic_replace(keep_bak=True)`: `.bak` first, then the new content, each
+  fsynced and renamed, then the directory fsynced.
 
 Invariants:
 - Writes of one file never overlap (an `asyncio.Lock`, held until the worker thread is done,
@@ -139,15 +140,21 @@ class ConfigFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_replace(self.path, data, keep_bak=True)
 
+    def _dump_and_write(self, value: PrettyValue) -> None:
+        self.write_blocking(dump_pretty(value).encode("utf-8"))
+
     async def persist(self, encode: Callable[[], PrettyValue]) -> None:
-        """Encode now (on the loop) and write in a worker thread; one write at a time.
+        """Snapshot now (on the loop), dump and write in a worker thread; one write at a time.
 
         Cancelling the caller does not cut the write short: the lock is held until the worker
         thread has finished, so two writes of this file never run at once.
         """
         async with self._lock:
-            data = dump_pretty(encode()).encode("utf-8")
-            write = asyncio.get_running_loop().run_in_executor(None, self.write_blocking, data)
+            # The snapshot is taken on the loop (fresh containers, immutable leaves); turning
+            # it into text grows with the table (consumer offsets: groups x queues), so that
+            # runs in the worker thread with the write.
+            value = encode()
+            write = asyncio.get_running_loop().run_in_executor(None, self._dump_and_write, value)
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:

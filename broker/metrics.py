@@ -12,8 +12,11 @@ and histogram buckets are Java's:
 - `rocketmq_send_to_dlq_messages_total`; gauges `rocketmq_topic_number`,
   `rocketmq_consumer_group_number`, `rocketmq_producer_connections`,
   `rocketmq_consumer_connections`;
-- pyrmq's own gauge `rocketmq_store_dispatch_skipped`: records since start (recovery included)
-  whose consume-queue unit was refused, kept in the commitlog but never served (store/dispatch.py).
+- pyrmq's own (no Java twin): `pyrmq_event_loop_lag_seconds`, the event loop's scheduling
+  delay as `broker/loop_monitor.py` samples it (every 5 ms by default), and
+  `pyrmq_event_loop_stalls_total` (label cause: gc, busy, not_scheduled, blocked, unknown);
+  `pyrmq_store_dispatch_skipped`: records since start (recovery included) whose consume-queue
+  unit was refused, kept in the commitlog but never served (store/dispatch.py).
 Every series also carries Java's node labels: cluster, node_type="broker", node_id=<brokerName>.
 Counting is cheap (no per-message logging, STYLE §6); rendering happens only when scraped.
 """
@@ -29,6 +32,8 @@ from remoting.codes import RequestCode, ResponseCode
 
 MESSAGE_SIZE_BUCKETS: Final = (1024, 4 * 1024, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**2)
 RPC_LATENCY_BUCKETS_MS: Final = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+LOOP_LAG_BUCKETS_S: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                             2.5)
 NODE_LABELS: Final = ("cluster", "node_type", "node_id")
 NODE_TYPE_BROKER: Final = "broker"
 PROTOCOL_TYPE_REMOTING: Final = "remoting"
@@ -102,6 +107,15 @@ class BrokerMetrics:
              "result"],
             buckets=RPC_LATENCY_BUCKETS_MS, registry=registry,
         )
+        self.event_loop_lag = Histogram(
+            "pyrmq_event_loop_lag_seconds", "How late the event loop ran a due timer",
+            list(NODE_LABELS), buckets=LOOP_LAG_BUCKETS_S, registry=registry,
+        )
+        self.event_loop_stalls_total = Counter(
+            "pyrmq_event_loop_stalls_total", "Event loop stalls over the threshold, by cause",
+            [*NODE_LABELS, "cause"], registry=registry,
+        )
+        self._loop_lag_child = self.event_loop_lag.labels(*self._node)
         self._gauges: dict[str, Gauge] = {
             name: Gauge(name, help_text, list(NODE_LABELS), registry=registry)
             for name, help_text in (
@@ -109,7 +123,7 @@ class BrokerMetrics:
                 ("rocketmq_consumer_group_number", "Subscription groups on this broker"),
                 ("rocketmq_producer_connections", "Producer connections"),
                 ("rocketmq_consumer_connections", "Consumer connections"),
-                ("rocketmq_store_dispatch_skipped",
+                ("pyrmq_store_dispatch_skipped",
                  "Records since start whose consume-queue unit was refused (never served)"),
             )
         }
@@ -164,6 +178,12 @@ class BrokerMetrics:
                 _bool(long_polling), result,
             )
         child.observe(elapsed_ms)
+
+    def loop_lag(self, seconds: float) -> None:
+        self._loop_lag_child.observe(seconds)
+
+    def loop_stall(self, cause: str) -> None:
+        self.event_loop_stalls_total.labels(*self._node, cause).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every family."""

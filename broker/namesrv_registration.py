@@ -110,9 +110,12 @@ class NamesrvRegistration:
         async with self._lock:
             if self._unregistered:
                 return
-            body = RegisterBrokerBody(
-                topic_config_serialize_wrapper=self._topic_table()
-            ).encode()
+            # A snapshot of frozen topic configs, taken on the loop; encoding it grows with
+            # the number of topics, so it runs in a worker thread.
+            wrapper = self._topic_table()
+            body = await asyncio.to_thread(
+                lambda: RegisterBrokerBody(topic_config_serialize_wrapper=wrapper).encode()
+            )
             header = RegisterBrokerRequestHeader(
                 broker_name=self._identity.broker_name,
                 broker_addr=self._identity.broker_addr,

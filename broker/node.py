@@ -2,10 +2,12 @@
 
 Start: open the store (recovery, in a worker thread), load `config/topics.json`,
 `subscriptionGroup.json` and `consumerOffset.json`, bind the remoting server on `listenPort`
-(port 0 picks a free one, for tests), register every processor, start the metrics endpoint, then
-run the background tasks: the store's loops, the name-server registration, client housekeeping,
-consumer-ids notifications, the long-polling check, the periodic consumer-offset persist and the
-TPS sampler of the runtime info.
+(port 0 picks a free one, for tests), register every processor, start the metrics endpoint,
+freeze the start-up heap (`broker/heap.py`, when the process entry point asks), start the
+event-loop lag monitor (`broker/loop_monitor.py`), then run the background tasks: the store's
+loops, the name-server registration, client housekeeping, consumer-ids notifications, the
+long-polling check, the periodic consumer-offset persist and the TPS sampler of the runtime
+info.
 
 Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
@@ -47,6 +49,8 @@ from broker.config_file import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager
 from broker.errors import BrokerConfigError
+from broker.heap import freeze_startup_heap
+from broker.loop_monitor import LoopMonitor, StallCause
 from broker.metrics import BrokerMetrics
 from broker.metrics_http import MetricsHttpServer
 from broker.namesrv_registration import BrokerRegistrationIdentity, NamesrvRegistration
@@ -112,9 +116,11 @@ class BrokerNode:
         *,
         handle_signals: bool = False,
         server_limits: ServerLimits | None = None,
+        freeze_heap: bool = False,
     ) -> None:
         check_supported(config)
         self.config = config
+        self._freeze_heap = freeze_heap
         self._handle_signals = handle_signals
         self._server_limits = server_limits or ServerLimits(
             idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000
@@ -132,6 +138,7 @@ class BrokerNode:
         self.pull_hold: PullHold | None = None
         self.schedule_message_service: ScheduleMessageService | None = None
         self.metrics: BrokerMetrics | None = None
+        self.loop_monitor: LoopMonitor | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -218,6 +225,8 @@ class BrokerNode:
             else CHECK_INTERVAL_SHORT_POLLING_MS,
         )
         self.metrics, self.clients, self.pull_hold = metrics, clients, pull_hold
+        # Units dispatched after their append (not by the send path) wake held pulls too.
+        store.arrival_listener = pull_hold.notify_message_arriving
         runtime_stats = RuntimeStats(put_count=lambda: metrics.put_message_count,
                                      get_count=lambda: metrics.get_message_count)
         ip1 = await asyncio.to_thread(resolve_ip, config.broker_ip1)
@@ -271,7 +280,43 @@ class BrokerNode:
         log.info("broker started broker_name=%s cluster=%s address=%s namesrv=%s",
                  config.broker_name, config.broker_cluster_name, self.broker_addr,
                  ";".join(config.namesrv_addr_list) or "-")
+        if self._freeze_heap:
+            freeze_startup_heap()
         self.started.set()
+        monitor = self._start_loop_monitor(metrics)
+        try:
+            await self._run_tasks(store, registration, clients, notifier, pull_hold, offsets,
+                                  runtime_stats, schedule)
+        finally:
+            if monitor is not None:
+                monitor.close()
+        await offsets.persist()
+        await schedule.persist()
+        await topics.persist()
+        await groups.persist()
+
+    def _start_loop_monitor(self, metrics: BrokerMetrics) -> LoopMonitor | None:
+        config = self.config
+        if config.event_loop_lag_sample_interval_ms <= 0:
+            return None
+
+        def count_stall(cause: StallCause) -> None:
+            metrics.loop_stall(cause.value)
+
+        monitor = LoopMonitor(
+            sample_interval_ms=config.event_loop_lag_sample_interval_ms,
+            stall_threshold_ms=config.event_loop_stall_threshold_ms,
+            observe_lag=metrics.loop_lag, count_stall=count_stall,
+        )
+        monitor.start()
+        self.loop_monitor = monitor
+        return monitor
+
+    async def _run_tasks(
+        self, store: MessageStore, registration: NamesrvRegistration, clients: ClientManager,
+        notifier: ConsumerIdsNotifier, pull_hold: PullHold, offsets: ConsumerOffsetManager,
+        runtime_stats: RuntimeStats, schedule: ScheduleMessageService,
+    ) -> None:
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(store.run(), name="store"),
@@ -289,10 +334,6 @@ class BrokerNode:
             await registration.unregister()
             for task in tasks:
                 task.cancel()
-        await offsets.persist()
-        await schedule.persist()
-        await topics.persist()
-        await groups.persist()
 
     def _register_processors(
         self, router: Router, store: MessageStore, store_host: HostPort, boot_ms: int, *,

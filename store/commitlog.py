@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
-WARM_CHUNK_BYTES: Final = 16 * 1024 * 1024
+# One MADV_POPULATE_WRITE call holds the process's mmap lock for reading; a thread mapping a new
+# file then waits for it, and any page fault of the event loop queues behind that writer. Small
+# chunks bound that chain to about a millisecond.
+WARM_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # The one fault point that needs a record half written: while it is armed, appends take the
 # Python writer and reach the mapping in two copies, this fixed prefix first (up to BODYLENGTH
 # for IPv4 hosts); every other fault point leaves the C writer production uses in place.
@@ -53,16 +56,22 @@ FAULT_HEADER_BYTES: Final = 88
 class CommitLog:
     """Segments, the write position, and raw/record reads by physical offset."""
 
-    __slots__ = ("_alloc_lock", "_next_file", "config", "files", "flushed_where")
+    __slots__ = ("_alloc_lock", "_next_file", "_populate_lock", "config", "files",
+                 "flushed_where")
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.files = MappedFileQueue(config.commitlog_dir, config.mapped_file_size_commit_log)
         self.flushed_where = 0
         self._next_file: MappedFile | None = None
-        # Held while a segment is created, so the allocator thread and an inline roll never
-        # race to create the same file; an inline roll waits at most one allocation.
+        # Held while a segment is created and while `_next_file` changes hands, so the
+        # allocator thread and a roll never race to create the same file. A roll on the event
+        # loop takes it only when the next file is ready (`file_needed_for` makes the put wait
+        # for it in a worker thread otherwise), so it never waits for an allocation.
         self._alloc_lock = threading.Lock()
+        # Held by the pre-faulting thread while it touches a mapping and by whatever unmaps
+        # (truncation, close): never by the appends, so a roll never waits for pre-faulting.
+        self._populate_lock = threading.Lock()
 
     def load(self) -> None:
         self.files.load()
@@ -183,31 +192,46 @@ class CommitLog:
         return start
 
     def need_next_file(self) -> int | None:
-        """Start offset of the file to prepare ahead, or None when it is ready or not needed."""
+        """Start offset of the file to prepare ahead, or None when it is ready or not needed:
+        the first file of an empty log (so that the first put does not wait for a 1 GiB
+        allocation), and the next one once the current file is half written."""
         last = self.files.last
-        if last is None or self._next_file is not None:
+        if self._next_file is not None:
             return None
+        if last is None:
+            return 0
         return last.file_end_offset if last.wrote_position * 2 >= last.file_size else None
+
+    def warm_ahead_wanted(self) -> bool:
+        """Whether `warm_ahead` has work: less than half of WARM_AHEAD_BYTES is pre-faulted
+        ahead of the writer. Cheap: checked on the event loop, so that a worker thread (and the
+        GIL hand-over it costs the loop) is used only when there is something to do."""
+        last = self.files.last
+        if last is None or last.buf.closed:
+            return False
+        target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
+        return last.populated_to < target and not (
+            last.populated_to - last.wrote_position >= WARM_AHEAD_BYTES // 2
+            and last.populated_to > 0
+        )
 
     def warm_ahead(self) -> None:
         """Pre-fault the current segment ahead of the writer; blocking (worker thread)."""
         while True:
-            # Small chunks under the lock: an inline roll waits for one chunk at most.
-            with self._alloc_lock:
+            # Small chunks: truncation and close wait for one chunk at most.
+            with self._populate_lock:
+                if not self.warm_ahead_wanted():
+                    return
                 last = self.files.last
-                if last is None:
-                    return
+                assert last is not None
                 target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
-                if last.populated_to >= target or (
-                    last.populated_to - last.wrote_position >= WARM_AHEAD_BYTES // 2
-                    and last.populated_to > 0
-                ):
-                    return
                 last.populate(min(target, max(last.populated_to, last.wrote_position)
                                   + WARM_CHUNK_BYTES))
 
     def prepare_next_file(self, start: int) -> None:
-        """Allocate and map the next segment ahead of time; blocking (worker thread)."""
+        """Allocate and map the next segment ahead of time, then pre-fault its start; blocking
+        (worker thread). The file is complete and durable (size, allocation, directory entry)
+        before it is handed over, so a roll only ever adopts a durable file."""
         with self._alloc_lock:
             last = self.files.last
             expected = 0 if last is None else last.file_end_offset
@@ -217,8 +241,16 @@ class CommitLog:
             mapped = MappedFile.create(
                 self.files.directory / offset_to_file_name(start), self.file_size
             )
-            mapped.populate(min(self.file_size, WARM_CHUNK_BYTES))
             self._next_file = mapped
+        # Outside the allocation lock: a roll may adopt the file meanwhile (pre-faulting does
+        # not change its bytes).
+        populated = 0
+        while populated < min(self.file_size, 4 * WARM_CHUNK_BYTES):
+            with self._populate_lock:
+                if mapped.buf.closed:
+                    return
+                populated += WARM_CHUNK_BYTES
+                mapped.populate(populated)
 
     # ---------------------------------------------------------------- reads
 
@@ -300,20 +332,21 @@ class CommitLog:
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """Cut the log at `phy_offset`, zeroing the tail on disk (M7). Blocking."""
-        with self._alloc_lock:
+        with self._alloc_lock, self._populate_lock:
             if self._next_file is not None:
                 self._next_file.destroy()
                 self._next_file = None
-        self.files.truncate_dirty(phy_offset)
+            self.files.truncate_dirty(phy_offset)
         self.flushed_where = min(self.flushed_where, phy_offset)
 
     def close(self) -> None:
-        if self._next_file is not None:
-            # A prepared but unused file would break the exact-size/contiguity rules of a
-            # Java reader only if empty files were left behind; remove it.
-            self._next_file.destroy()
-            self._next_file = None
-        self.files.close()
+        with self._alloc_lock, self._populate_lock:
+            if self._next_file is not None:
+                # A prepared but unused file would break the exact-size/contiguity rules of a
+                # Java reader only if empty files were left behind; remove it.
+                self._next_file.destroy()
+                self._next_file = None
+            self.files.close()
 
 
 def _copy_in_two_steps(mapped: MappedFile, pos: int, record: bytearray) -> None:

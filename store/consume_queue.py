@@ -185,6 +185,16 @@ class ConsumeQueue:
             next_start -= next_start % file_size
         return next_start if next_start < (queue_offset + count) * CQ_UNIT_SIZE else None
 
+    def spare_wanted(self) -> int | None:
+        """Where the next file starts (in bytes) when it is time to create it ahead of need:
+        the writer is in the second half of the last file and no spare is ready. None
+        otherwise. Cheap: called after every append."""
+        if self._spares or not self._files.files:
+            return None
+        if (self._write_end - self._next_offset * CQ_UNIT_SIZE) * 2 > self._files.file_size:
+            return None
+        return self._write_end
+
     def create_file_detached(self, start: int) -> MappedFile:
         """Create the file at byte `start` without adding it to the queue (a worker thread
         does this; `adopt_prepared` then takes it on the event loop). Blocking."""
@@ -438,10 +448,19 @@ class ConsumeQueue:
         return doomed
 
     def flush(self) -> None:
-        """msync every file with unflushed units; blocking (worker thread)."""
-        for mapped in self._files.files:
-            if mapped.flushed_position < mapped.wrote_position:
-                mapped.flush()
+        """msync every file with unflushed units; blocking (worker thread).
+
+        Only the last files can have any (units are written to the last file only, and a file
+        is flushed before any earlier one can become clean): walking back from the end and
+        stopping at the first clean file keeps this independent of the queue's length (the
+        flushing thread holds the GIL, which the event loop needs, while it walks)."""
+        dirty = []
+        for mapped in reversed(self._files.files):
+            if mapped.flushed_position >= mapped.wrote_position:
+                break
+            dirty.append(mapped)
+        for mapped in reversed(dirty):
+            mapped.flush()
 
     def destroy(self) -> None:
         self._drop_spares()

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
 
 from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+ALLOCATE_INTERVAL_S: Final = 0.1
 
 
 def system_wall_ms() -> int:
@@ -146,6 +149,11 @@ class MessageStore:
         self.confirm_follows_max = not config.enable_controller_mode
         self.fenced = False
         self.disk_full = False
+        # Told (topic, queue_id, new max queue offset) when `dispatch_pending` writes units to a
+        # queue (records dispatched after their append: controller mode's confirmOffset, a
+        # backlog); the broker wakes the pulls held on it. Inline dispatch in `append_*` is
+        # not reported: its caller knows.
+        self.arrival_listener: Callable[[str, int, int], object] | None = None
         self._opened = False
         self._closed = False
         self._last_store_timestamp = 0
@@ -158,6 +166,10 @@ class MessageStore:
         self._logics_physical_offset = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
+        # Consume queues past the middle of their last file, whose next file the allocator
+        # creates ahead of need (as the commitlog's next segment).
+        self._spares_wanted: dict[tuple[str, int], ConsumeQueue] = {}
+        self._allocate_wakeup: asyncio.Event | None = None
         self._flush_wakeup: asyncio.Event | None = None
         self._disk_lock: asyncio.Lock | None = None
         # The store's own worker threads for disk work: close() waits for what is in flight
@@ -374,6 +386,8 @@ class MessageStore:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
+        if queue is not None and queue.spare_wanted() is not None:
+            self._want_spare(queue)
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
@@ -407,8 +421,15 @@ class MessageStore:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
+        if queue.spare_wanted() is not None:
+            self._want_spare(queue)
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
                             store_timestamp)
+
+    def _want_spare(self, queue: ConsumeQueue) -> None:
+        self._spares_wanted[(queue.topic, queue.queue_id)] = queue
+        if self._allocate_wakeup is not None:
+            self._allocate_wakeup.set()
 
     def _inline_refused(self, key: tuple[str, int], end: int, err: QueueOrderError
                         ) -> DispatchError:
@@ -532,15 +553,21 @@ class MessageStore:
         bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
             self.confirm_offset
         count = 0
+        touched: set[tuple[str, int]] = set()
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
             count += self._dispatcher.dispatch_live(check)
+            touched.add((check.topic, check.queue_id))
 
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
         if self._dispatcher.skipped:
             self._realign_skipped_queues()
+        listener = self.arrival_listener
+        if listener is not None:
+            for topic, queue_id in touched:
+                listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
         return count
 
     # ================================================================ reads
@@ -731,6 +758,7 @@ class MessageStore:
         """The store's background loops (flush, group commit, consume-queue flush, checkpoint,
         segment pre-allocation, retention) until cancelled."""
         self._flush_wakeup = asyncio.Event()
+        self._allocate_wakeup = asyncio.Event()
         async with asyncio.TaskGroup() as group:
             if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
                 group.create_task(self._group_commit_loop())
@@ -758,6 +786,9 @@ class MessageStore:
             # Every ~10 s flush whatever is dirty, like RocketMQ's thorough flush.
             least = 0 if rounds % max(1, int(10 / interval)) == 0 else \
                 self.config.flush_commit_log_least_pages
+            dirty = self.commitlog.max_phy_offset - self.commitlog.flushed_where
+            if dirty <= 0 or dirty < least * 4096:
+                continue  # nothing to do: no worker thread (each costs the loop the GIL)
             async with self._disk():
                 ts = self._last_store_timestamp
                 await self._in_thread(self.commitlog.flush, least)
@@ -779,9 +810,14 @@ class MessageStore:
             self._logics_physical_offset = logics_physical_offset or self._logics_physical_offset
 
     async def _checkpoint_loop(self) -> None:
+        written: Checkpoint | None = None
         while True:
             await asyncio.sleep(self.config.checkpoint_flush_interval_ms / 1000)
-            await self.write_checkpoint()
+            value = self._checkpoint_value()
+            if value == written:
+                continue  # unchanged: no rewrite, no fsyncs
+            await self._in_thread(write_checkpoint, self._checkpoint_path, value)
+            written = value
 
     def _checkpoint_value(self) -> Checkpoint:
         # Standalone: the committed offset worth protecting is what is flushed. Controller
@@ -804,14 +840,40 @@ class MessageStore:
         await self._in_thread(write_checkpoint, self._checkpoint_path, self._checkpoint_value())
 
     async def _allocate_loop(self) -> None:
+        """Files ahead of need, in worker threads (RocketMQ's AllocateMappedFileService): the
+        next consume-queue file of every queue past the middle of its last one (woken by the
+        append that got there), the next commitlog segment once the current one is half
+        written, and pre-faulted pages ahead of the commitlog's writer. A put then finds its
+        files ready and never waits for a disk operation."""
+        assert self._allocate_wakeup is not None
+        wakeup = self._allocate_wakeup
         while True:
-            await asyncio.sleep(0.1)
-            await self._in_thread(self.commitlog.warm_ahead)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ALLOCATE_INTERVAL_S):
+                    await wakeup.wait()
+            wakeup.clear()
+            await self._prepare_spares()
+            if self.commitlog.warm_ahead_wanted():
+                await self._in_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
             if start is not None:
                 with contextlib.suppress(DiskFullError):
                     # A full disk here is reported by the append that needs the file.
                     await self._in_thread(self.commitlog.prepare_next_file, start)
+
+    async def _prepare_spares(self) -> None:
+        wanted, self._spares_wanted = self._spares_wanted, {}
+        for (topic, queue_id), queue in wanted.items():
+            start = queue.spare_wanted()
+            if start is None or self.consume_queues.get(topic, queue_id) is not queue:
+                continue
+
+            async def create(at: int = start, queue: ConsumeQueue = queue) -> None:
+                queue.adopt_prepared(await self._in_thread(queue.create_file_detached, at))
+
+            with contextlib.suppress(DiskFullError):
+                # Shared with a put that needs the same file now (`_prepare_files`).
+                await self._once(("cq", topic, queue_id, start), create)
 
     async def _clean_loop(self) -> None:
         while True:

@@ -96,6 +96,7 @@ async def test_sigterm_stops_gracefully_and_unregisters(tmp_path: Path) -> None:
                 await process.wait()
         assert code == EXIT_OK, "".join(log) + rest
         assert "broker stopped cleanly" in rest
+        assert "start-up heap frozen" in "".join(log) + rest  # the entry point freezes it
         assert len(namesrv.of_code(RequestCode.UNREGISTER_BROKER)) == 1
         assert not (tmp_path / "store" / "abort").exists()  # a clean close removes it
         assert (tmp_path / "store" / "config" / "topics.json").exists()

@@ -149,6 +149,26 @@ def test_truncate_must_land_on_a_record_boundary(store: MessageStore) -> None:
     assert store.max_phy_offset == results[-1].end_offset
 
 
+def test_units_dispatched_after_their_append_are_reported_per_queue(tmp_path: Path) -> None:
+    """Controller mode dispatches up to confirmOffset later than the append: the arrival
+    listener hears of each queue that got units (the broker wakes pulls held on it)."""
+    store = MessageStore(small_config(tmp_path / "s", enable_controller_mode=True))
+    store.open()
+    heard: list[tuple[str, int, int]] = []
+    store.arrival_listener = lambda topic, queue_id, max_offset: heard.append(
+        (topic, queue_id, max_offset))
+    try:
+        results = [store.append_message(message(b"m", queue_id=i % 2)) for i in range(5)]
+        assert heard == []
+        store.set_confirm_offset(results[2].end_offset)  # queue 0: offsets 0, 1; queue 1: 0
+        assert sorted(heard) == [("TopicTest", 0, 2), ("TopicTest", 1, 1)]
+        heard.clear()
+        store.set_confirm_offset(results[4].end_offset)
+        assert sorted(heard) == [("TopicTest", 0, 3), ("TopicTest", 1, 2)]
+    finally:
+        store.close()
+
+
 def test_controller_mode_hides_records_past_confirm_offset(tmp_path: Path) -> None:
     store = MessageStore(small_config(tmp_path / "s", enable_controller_mode=True))
     store.open()
@@ -461,3 +481,43 @@ def test_read_record_at_a_message_id_offset(store: MessageStore) -> None:
     with pytest.raises(RecordCorruptError):
         store.read_record_at(second.phy_offset)
     assert store.read_record_at(first.phy_offset) is not None
+
+
+async def test_files_are_prepared_ahead_so_puts_crossing_into_them_create_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the store running, the next consume-queue file of a queue past the middle of its
+    last file and the next commitlog segment are created ahead of need (in worker threads);
+    the puts that then cross into them wait on no file creation (fallocate, fsyncs)."""
+    from store.mapped_file import MappedFile
+    from tests.remoting.support import wait_until
+
+    store = MessageStore(small_config(tmp_path / "s"))
+    store.open()
+    cq_dir = tmp_path / "s" / "consumequeue" / "TopicTest" / "0"
+    commitlog_dir = tmp_path / "s" / "commitlog"
+    try:
+        async with running(store):
+            # 100 units per consume-queue file, 64 KiB commitlog segments (~40 of these).
+            for _ in range(70):
+                await store.put_message(message(b"p" * 1500))
+            await wait_until(lambda: len(list(cq_dir.iterdir())) == 2, timeout_s=5,
+                             what="the second consume-queue file created ahead")
+            await wait_until(
+                lambda: len(list(commitlog_dir.iterdir())) == len(store.commitlog.files.files) + 1,
+                timeout_s=5, what="the next commitlog segment created ahead")
+            files_before = len(store.commitlog.files.files)
+
+            def refuse(cls: type[MappedFile], path: Path, file_size: int) -> MappedFile:
+                raise AssertionError(f"a put created {path} itself")
+
+            monkeypatch.setattr(MappedFile, "create", classmethod(refuse))
+            for _ in range(35):  # queue offsets 70..104: into the prepared files
+                result = await store.put_message(message(b"p" * 1500))
+                assert result.status is PutStatus.PUT_OK
+            monkeypatch.undo()
+        assert store.max_offset_in_queue("TopicTest", 0) == 105
+        assert len(store.commitlog.files.files) == files_before + 1
+        assert [r.queue_offset for r in read_all(store, "TopicTest", 0)] == list(range(105))
+    finally:
+        store.close()

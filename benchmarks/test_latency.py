@@ -1,0 +1,279 @@
+"""Tail latency under a steady open-loop load: pyrmq against Apache RocketMQ 5.5.0, in one run.
+
+The shape of the OpenMessaging Benchmark's standard RocketMQ workload (issue 16): one topic of
+16 queues, 1 KiB messages, one producer sending at a fixed rate with the client's autoBatch on
+(asynchronous sends, as that driver does), one push consumer; standalone brokers with
+ASYNC_FLUSH, 1 GiB commitlog files. The load generator is tests/interop/java/.../LatencyBench.java
+on the stock RocketMQ 5.5.0 Java client, the same for both brokers: open loop (message i is due
+at i / rate seconds, whatever the broker does), latencies in HdrHistograms:
+- publish: the send call to its callback (the broker's acknowledgement);
+- end-to-end: the send call to the push consumer's listener (same JVM, same clock).
+
+Each broker is measured at 20,000 and 50,000 msg/s: WARMUP_S of warm-up, then WINDOW_S measured
+(DRAIN_S more for the consumer to receive what the window sent); the broker not measured (and
+its name server) is paused meanwhile. Printed per rate: p50, p99, p99.9 and max of both
+latencies for each broker and their ratios pyrmq/Java (below 1: pyrmq is faster), the CPU each
+broker used, and pyrmq's event-loop stalls over 10 ms during its window, with their causes,
+from its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must only
+measure something (a broker that did not keep up is printed as NOT MEASURED, with its counts).
+Cost: about 4 x (WARMUP_S + WINDOW_S + ~10 s) plus start-up, ~4 minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from benchmarks.conftest import record
+from benchmarks.peers import create_topic, last_json_line, paused, process_cpu_seconds, route_ready
+from tests.interop.harness import (
+    CLIENT_SYSPROPS,
+    NEWEST,
+    InteropSetupError,
+    JavaEnv,
+    JavaServer,
+)
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
+
+# PYRMQ_LATENCY_RATES="5000,20000" measures other rates (e.g. what a busy machine holds).
+RATES: Final = tuple(
+    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000,50000").split(",")
+)
+QUEUES: Final = 16
+BODY_BYTES: Final = 1024
+WARMUP_S: Final = 10
+WINDOW_S: Final = 30
+DRAIN_S: Final = 5
+REPORT_S: Final = 5
+RUN_EXTRA_S: Final = 60.0  # JVM start-up and shut-down beyond the windows
+STALL_THRESHOLD_MS: Final = 10
+COMMITLOG_FILE_BYTES: Final = 1024 * 1024 * 1024
+LATENCY_MAIN: Final = "pyrmq.interop.LatencyBench"
+# runbroker.sh's G1 and full JIT over the harness's quick-start flags (as the throughput bench).
+JAVA_BROKER_HEAP_MB: Final = 1024
+JVM_ARGS: Final = ("-XX:-UseSerialGC", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=4")
+CLIENT_HEAP_MB: Final = 512
+JAVA_BROKER_CONF: Final[dict[str, str | int | bool]] = {
+    "mappedFileSizeCommitLog": COMMITLOG_FILE_BYTES,
+    "flushDiskType": "ASYNC_FLUSH",
+    "brokerRole": "ASYNC_MASTER",
+}
+PYRMQ_BROKER_CONF: Final[dict[str, str | int | bool]] = {
+    **JAVA_BROKER_CONF,
+    "mappedFileSizeConsumeQueue": 300_000 * 20,
+    "eventLoopStallThresholdMs": STALL_THRESHOLD_MS,
+}
+_STALL: Final = re.compile(r"event loop stall lag_ms=([\d.]+) cause=(\w+).*? running=(.*)$")
+
+
+def topic_of(rate: int) -> str:
+    return f"Latency{rate}"
+
+
+@dataclass(frozen=True, slots=True)
+class Brokers:
+    java_env: JavaEnv
+    java_namesrv: JavaServer
+    java_broker: JavaServer
+    pyrmq_namesrv: PyrmqProcess
+    pyrmq_broker: PyrmqProcess
+
+
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, value: object) -> Latencies | None:
+        """The four figures, or None when nothing was measured (no acknowledgement, nothing
+        consumed: the broker or this machine did not keep up)."""
+        if not isinstance(value, dict):
+            return None
+        return cls(*(float(value[key]) for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms")))
+
+    @staticmethod
+    def text(latencies: Latencies | None) -> str:
+        if latencies is None:
+            return "NOT MEASURED"
+        return (f"{latencies.p50_ms:.1f} / {latencies.p99_ms:.1f} / {latencies.p999_ms:.1f} / "
+                f"{latencies.max_ms:.1f}")
+
+    @staticmethod
+    def ratio_text(ours: Latencies | None, peer: Latencies | None) -> str:
+        return "-" if ours is None or peer is None else ours.ratios(peer)
+
+    def ratios(self, peer: Latencies) -> str:
+        pairs = zip(
+            (self.p50_ms, self.p99_ms, self.p999_ms, self.max_ms),
+            (peer.p50_ms, peer.p99_ms, peer.p999_ms, peer.max_ms), strict=True,
+        )
+        return " / ".join(f"{ours / max(theirs, 1e-3):.2f}" for ours, theirs in pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    result: dict[str, object]
+    broker_cpu_pct: float
+    intervals: list[str]
+    # The broker's log written during the measured window (pyrmq: its stall reports).
+    window_log: str
+
+    @property
+    def publish(self) -> Latencies | None:
+        return Latencies.of(self.result["publish"])
+
+    @property
+    def e2e(self) -> Latencies | None:
+        return Latencies.of(self.result["e2e"])
+
+    def counts(self) -> str:
+        r = self.result
+        return (f"sent {r['sent']:,}, acked {r['acked']:,}, received {r['received']:,}, "
+                f"errors {r['send_errors']}, missing {r['missing']}, client behind schedule "
+                f"at most {float(r['behind_max_ms']):.0f} ms")  # type: ignore[arg-type]
+
+
+def _remove_stored_data(base: Path) -> None:
+    for pattern in ("pyrmq/*/store", "java/*/store"):
+        for path in base.glob(pattern):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+async def _create_topics(broker: str, namesrv: str) -> None:
+    for rate in RATES:
+        await create_topic(broker, topic_of(rate), queues=QUEUES)
+    async with asyncio.timeout(30):
+        for rate in RATES:
+            while not await route_ready(namesrv, topic_of(rate)):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
+    base = tmp_path_factory.mktemp("latency-bench")
+    with contextlib.ExitStack() as stack:
+        stack.callback(_remove_stored_data, base)
+        pyrmq_env = stack.enter_context(PyrmqEnv(base / "pyrmq"))
+        pyrmq_namesrv = pyrmq_env.start_namesrv()
+        pyrmq_broker = pyrmq_env.start_broker(pyrmq_namesrv, extra_conf=PYRMQ_BROKER_CONF)
+        try:
+            env = stack.enter_context(JavaEnv.of_version(NEWEST, base / "java"))
+        except InteropSetupError as err:
+            pytest.fail(f"interop set-up: {err}", pytrace=False)
+        java_namesrv = env.start_java_namesrv()
+        java_broker = env.start_java_broker(java_namesrv, extra_conf=JAVA_BROKER_CONF,
+                                            heap_mb=JAVA_BROKER_HEAP_MB, jvm_args=JVM_ARGS)
+        asyncio.run(_create_topics(pyrmq_broker.addr, pyrmq_namesrv.addr))
+        asyncio.run(_create_topics(java_broker.addr, java_namesrv.addr))
+        record(f"Latency under a fixed open-loop rate (1 topic x {QUEUES} queues, "
+               f"{BODY_BYTES} B, Java client {NEWEST} with autoBatch, 1 push consumer; "
+               f"{WARMUP_S} s warm-up + {WINDOW_S} s measured per broker and rate; the other "
+               "broker paused). p50 / p99 / p99.9 / max in ms; ratios pyrmq/Java (< 1: pyrmq "
+               "lower)")
+        yield Brokers(env, java_namesrv, java_broker, pyrmq_namesrv, pyrmq_broker)
+
+
+def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, rate: int,
+                      name: str, broker_log: Callable[[], str] = str,
+                      options: Mapping[str, int | str] | None = None) -> Run:
+    """LatencyBench to its end; raises (with its output) if it fails or outlives its windows.
+    `broker_log` reads the broker's log: what it wrote during the window is kept."""
+    opts: dict[str, int | str] = {
+        "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "duration-s": WINDOW_S,
+        "drain-s": DRAIN_S, "report-s": REPORT_S, "queues": QUEUES, "group": f"latency_{name}",
+        **(options or {}),
+    }
+    timeout_s = float(opts["warmup-s"]) + float(opts["duration-s"]) + float(opts["drain-s"]) \
+        + RUN_EXTRA_S
+    opts["timeout-s"] = int(timeout_s)
+    process = env.start_java(
+        LATENCY_MAIN, [namesrv, topic, *(f"--{key}={value}" for key, value in opts.items())],
+        name=name, heap_mb=CLIENT_HEAP_MB, sysprops=CLIENT_SYSPROPS, jvm_args=JVM_ARGS,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
+        opened = (process_cpu_seconds(broker_pid), time.monotonic())
+        log_from = len(broker_log())
+        process.wait_for_stdout("(?m)^WINDOW_CLOSED$",
+                                timeout_s=max(deadline - time.monotonic(), 1.0))
+        closed = (process_cpu_seconds(broker_pid), time.monotonic())
+        window_log = broker_log()[log_from:]
+        code = process.wait(max(deadline - time.monotonic(), 1.0))
+    finally:
+        process.kill()
+    assert code == 0, process.diagnostics()
+    out = process.stdout()
+    result = last_json_line(out, what=name)
+    if not result["acked"] or not result["received"]:
+        print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
+    cpu_pct = 100 * (closed[0] - opened[0]) / max(closed[1] - opened[1], 1e-9)
+    intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
+    return Run(result, cpu_pct, intervals, window_log)
+
+
+def stalls_in(log: str) -> list[tuple[float, str, str]]:
+    """(lag_ms, cause, what ran) of every stall the pyrmq broker logged in `log`."""
+    found = []
+    for line in log.splitlines():
+        match = _STALL.search(line)
+        if match is not None:
+            found.append((float(match.group(1)), match.group(2), match.group(3)))
+    return found
+
+
+def describe_stalls(stalls: list[tuple[float, str, str]]) -> str:
+    if not stalls:
+        return f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
+    causes = Counter(cause for _, cause, _ in stalls)
+    worst = max(stalls)
+    return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
+            + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
+            + f"); the longest {worst[0]:.0f} ms, {worst[1]}, running {worst[2][:160]}")
+
+
+@pytest.mark.parametrize("rate", RATES, ids=[f"{rate // 1000}k" for rate in RATES])
+def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
+    topic = topic_of(rate)
+    with paused((brokers.java_namesrv.process.pid, brokers.java_broker.process.pid)):
+        ours = run_latency_bench(brokers.java_env, brokers.pyrmq_namesrv.addr,
+                                 brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}",
+                                 broker_log=brokers.pyrmq_broker.log)
+    # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
+    stalls = stalls_in(ours.window_log)
+    with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
+        theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
+                                   brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
+    peer = f"RocketMQ-{NEWEST}"
+    record(f"{rate:,} msg/s:")
+    for what, mine, their in (("publish   ", ours.publish, theirs.publish),
+                              ("end-to-end", ours.e2e, theirs.e2e)):
+        record(f"    {what}  pyrmq {Latencies.text(mine)}, {peer} {Latencies.text(their)}, "
+               f"ratio {Latencies.ratio_text(mine, their)}")
+    record(f"    broker CPU over the window: pyrmq {ours.broker_cpu_pct:.0f} %, {peer} "
+           f"{theirs.broker_cpu_pct:.0f} % of one core; pyrmq: {describe_stalls(stalls)}")
+    record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
+    print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received):")
+    for name, run in (("pyrmq", ours), (peer, theirs)):
+        for line in run.intervals:
+            print(f"      {name} {line.removeprefix('INTERVAL ')}")
+    # A run must measure something: at least one broker kept up with the rate enough to have
+    # sends acknowledged and consumed (else the benchmark itself, or this machine, is broken).
+    assert any(run.result["acked"] and run.result["received"] for run in (ours, theirs)), \
+        f"neither broker had a send acknowledged and consumed at {rate} msg/s"

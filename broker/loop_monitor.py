@@ -1,0 +1,307 @@
+"""The event-loop lag monitor: how late the loop runs what is due, and why, when it stalls.
+
+Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much to run always):
+- a tick on the loop, re-armed every `sample_interval_ms`: its lateness (when it ran minus when
+  it was due) is the loop's scheduling delay, handed to `observe_lag` (the broker's Prometheus
+  histogram). The tick also reads the loop thread's /proc schedstat (on-CPU and run-queue wait
+  nanoseconds, ~2 us): a late tick's window says how much of it the thread ran, waited for a CPU
+  (the process not scheduled: CPU contention) or was off the CPU (blocked: disk, page faults, a
+  lock, the GIL held by another thread);
+- a watchdog thread that wakes every half threshold and, while the tick is overdue by more than
+  `stall_threshold_ms`, samples the loop thread's Python stack (`sys._current_frames()`): the
+  callback or coroutine the loop is stuck in. It also logs: each stall is one WARNING with its
+  length, the breakdown above, any garbage collection that ran inside it (`gc.callbacks`, which
+  see collections in every thread) and the stack seen most often.
+
+`classify_stall` is the pure core that names a stall's cause from those figures.
+
+Invariants:
+- Every tick whose lag exceeds the threshold is reported once (counted and logged), whether or
+  not the watchdog caught a stack (it cannot while the loop thread holds the GIL in one C call,
+  e.g. a collection: the GC record covers that case).
+- The monitor owns one thread and one gc callback; `close()` removes both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import gc
+import logging
+import os
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_MS_DEFAULT: Final = 5
+STALL_THRESHOLD_MS_DEFAULT: Final = 20
+STACK_DEPTH_MAX: Final = 8
+SAMPLES_PER_STALL_MAX: Final = 64
+GC_RECORDED_MIN_S: Final = 0.001  # shorter collections are never a stall's cause
+GC_RECORDS_MAX: Final = 256
+# The loop's own machinery: not what the loop was running.
+_MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
+                           "broker/loop_monitor.py")
+# No Python callback on the stack: the loop was waiting for events, or in its own C code (uvloop's
+# socket reads and writes). The watchdog needs the GIL to sample, so a stall inside one long C
+# call that holds the GIL is sampled only after it: named by the frame that made the call, or
+# read as this when the loop went back to waiting right after it.
+IDLE: Final = "(no Python callback: the loop's own C code, or waiting for events)"
+_CO_COROUTINE: Final = 0x80
+
+
+class StallCause(enum.Enum):
+    """What took a stall's time (the `cause` label of the stall counter)."""
+
+    GC = "gc"  # the Python garbage collector held the GIL
+    BUSY = "busy"  # the loop thread ran: our code on the loop
+    NOT_SCHEDULED = "not_scheduled"  # runnable, waiting for a CPU: the machine was busy
+    BLOCKED = "blocked"  # off the CPU: disk, page faults, a lock or another thread's GIL
+    UNKNOWN = "unknown"  # no schedstat on this system
+
+
+@dataclass(frozen=True, slots=True)
+class StallWindow:
+    """One late tick: the window from the previous tick to this one (monotonic seconds) and
+    what the loop thread did in it (None: /proc schedstat unavailable)."""
+
+    start_s: float
+    end_s: float
+    lag_s: float
+    on_cpu_s: float | None
+    runqueue_wait_s: float | None
+
+
+def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
+    """GC when collections took at least half the lag (a collection runs on the CPU, so it
+    would otherwise read as BUSY); else whichever took most of the window: running (BUSY),
+    waiting for a CPU (NOT_SCHEDULED) or off the CPU (BLOCKED)."""
+    if gc_s >= window.lag_s / 2:
+        return StallCause.GC
+    if window.on_cpu_s is None or window.runqueue_wait_s is None:
+        return StallCause.UNKNOWN
+    off_cpu_s = window.end_s - window.start_s - window.on_cpu_s - window.runqueue_wait_s
+    shares = {
+        StallCause.BUSY: window.on_cpu_s,
+        StallCause.NOT_SCHEDULED: window.runqueue_wait_s,
+        StallCause.BLOCKED: off_cpu_s,
+    }
+    return max(shares, key=shares.__getitem__)
+
+
+def format_stack(frame: FrameType | None, *, depth: int = STACK_DEPTH_MAX,
+                 base: frozenset[CodeType] = frozenset()) -> tuple[str, ...]:
+    """`func (file:line)` of the innermost `depth` frames outside the loop's own machinery and
+    outside `base` (the frames that run the loop itself), innermost first; `(IDLE,)` when only
+    those remain: the loop was not running a callback."""
+    out: list[str] = []
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        path = code.co_filename
+        if code not in base and not any(part in path for part in _MACHINERY_FILES):
+            out.append(f"{code.co_qualname} ({_short_path(path)}:{frame.f_lineno})")
+        frame = frame.f_back
+    return tuple(out) if out else (IDLE,)
+
+
+def loop_base_frames(frame: FrameType | None) -> frozenset[CodeType]:
+    """The code of the frames outside the outermost coroutine of `frame`'s stack: those that
+    run the loop (`main()`, `uvloop.run`, ...), seen in every sample of the loop thread."""
+    codes: list[CodeType] = []
+    while frame is not None:
+        if frame.f_code.co_flags & _CO_COROUTINE:
+            codes.clear()
+        else:
+            codes.append(frame.f_code)
+        frame = frame.f_back
+    return frozenset(codes)
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace("\\", "/").rsplit("/", 2)
+    return "/".join(parts[-2:])
+
+
+class _SchedStat:
+    """The loop thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> tuple[int, int] | None:
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 128, 0).split()
+            return int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class LoopMonitor:
+    """Samples one event loop's lag and reports its stalls. `start()` on the loop, `close()`."""
+
+    def __init__(
+        self,
+        *,
+        sample_interval_ms: int = SAMPLE_INTERVAL_MS_DEFAULT,
+        stall_threshold_ms: int = STALL_THRESHOLD_MS_DEFAULT,
+        observe_lag: Callable[[float], None] | None = None,
+        count_stall: Callable[[StallCause], None] | None = None,
+    ) -> None:
+        if sample_interval_ms <= 0 or stall_threshold_ms <= 0:
+            raise ValueError(f"sample_interval_ms={sample_interval_ms} and stall_threshold_ms="
+                             f"{stall_threshold_ms} must be positive")
+        self._interval_s = sample_interval_ms / 1000
+        self._threshold_s = stall_threshold_ms / 1000
+        self._observe_lag = observe_lag
+        self._count_stall = count_stall
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread_id = 0
+        self._base: frozenset[CodeType] = frozenset()
+        self._handle: asyncio.TimerHandle | None = None
+        self._schedstat: _SchedStat | None = None
+        self._due_s = 0.0
+        self._last_tick_s = 0.0
+        self._last_sched: tuple[int, int] | None = None
+        # Written by the loop (stall windows) or any thread (collections); read by the watchdog.
+        self._windows: deque[StallWindow] = deque(maxlen=1024)
+        self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
+        self._gc_started_s = 0.0
+        self._samples: deque[tuple[float, tuple[str, ...]]] = deque(maxlen=SAMPLES_PER_STALL_MAX)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stalls = 0
+        self.ticks = 0
+        self.max_lag_s = 0.0
+        self.reported: deque[tuple[StallWindow, StallCause, float, tuple[str, ...]]] = \
+            deque(maxlen=64)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Arm the tick on the running loop and start the watchdog thread."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._loop_thread_id = threading.get_ident()
+        self._base = loop_base_frames(sys._getframe())
+        self._schedstat = _SchedStat()
+        self._last_sched = self._schedstat.read()
+        now = time.monotonic()
+        self._last_tick_s = now
+        self._due_s = now + self._interval_s
+        self._handle = loop.call_later(self._interval_s, self._tick)
+        gc.callbacks.append(self._on_gc)
+        self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the tick and the watchdog (reporting what is pending). Idempotent."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._on_gc)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._report_pending()
+        if self._schedstat is not None:
+            self._schedstat.close()
+            self._schedstat = None
+
+    # ------------------------------------------------------------------ on the loop
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        lag = now - self._due_s
+        if lag < 0.0:
+            lag = 0.0  # the loop's timer clock runs a little ahead of monotonic()
+        self.ticks += 1
+        if self._observe_lag is not None:
+            self._observe_lag(lag)
+        assert self._schedstat is not None
+        assert self._loop is not None
+        sched = self._schedstat.read()
+        if lag > self._threshold_s:
+            before = self._last_sched
+            on_cpu = wait = None
+            if sched is not None and before is not None:
+                on_cpu = (sched[0] - before[0]) / 1e9
+                wait = (sched[1] - before[1]) / 1e9
+            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait))
+        self._last_tick_s = now
+        self._last_sched = sched
+        self._due_s = now + self._interval_s
+        self._handle = self._loop.call_later(self._interval_s, self._tick)
+
+    # ------------------------------------------------------------------ any thread
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started_s = time.monotonic()
+            return
+        took = time.monotonic() - self._gc_started_s
+        if took >= GC_RECORDED_MIN_S:
+            self._gc_records.append((self._gc_started_s, took, info.get("generation", -1)))
+
+    # ------------------------------------------------------------------ the watchdog thread
+
+    def _watch(self) -> None:
+        period = min(self._interval_s, self._threshold_s / 2)
+        while not self._stop.wait(period):
+            if time.monotonic() - self._due_s > self._threshold_s:
+                frame = sys._current_frames().get(self._loop_thread_id)
+                self._samples.append((time.monotonic(), format_stack(frame, base=self._base)))
+                del frame
+            self._report_pending()
+
+    def _report_pending(self) -> None:
+        while self._windows:
+            window = self._windows.popleft()
+            self._report(window)
+
+    def _report(self, window: StallWindow) -> None:
+        gc_s = 0.0
+        generations: set[int] = set()
+        for started, took, generation in list(self._gc_records):
+            overlap = min(started + took, window.end_s) - max(started, window.start_s)
+            if overlap > 0:
+                gc_s += overlap
+                generations.add(generation)
+        stacks = Counter(stack for at, stack in list(self._samples)
+                         if window.start_s <= at <= window.end_s and stack)
+        stack, seen = stacks.most_common(1)[0] if stacks else ((), 0)
+        cause = classify_stall(window, gc_s)
+        self.stalls += 1
+        self.max_lag_s = max(self.max_lag_s, window.lag_s)
+        self.reported.append((window, cause, gc_s, stack))
+        if self._count_stall is not None:
+            self._count_stall(cause)
+        log.warning(
+            "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s gc_ms=%.1f%s "
+            "samples=%d running=%s",
+            window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
+            gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
+            seen, " <- ".join(stack) if stack else "-",
+        )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"

@@ -1,0 +1,219 @@
+"""The event-loop lag monitor: stalls are caught, named by what ran, classified, and exported."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from broker.loop_monitor import (
+    IDLE,
+    LoopMonitor,
+    StallCause,
+    StallWindow,
+    classify_stall,
+    format_stack,
+    loop_base_frames,
+)
+from tests.broker.support import broker_config, running_broker, wait_until
+from tests.broker.test_namesrv_and_metrics import sample, scrape
+
+THRESHOLD_MS = 10
+STALL_S = 0.15
+
+
+@pytest.mark.parametrize(
+    ("window", "gc_s", "expected"),
+    [
+        # start..end is the tick-to-tick window; lag is how late the closing tick ran.
+        pytest.param(StallWindow(0.0, 0.1, 0.095, 0.09, 0.001), 0.0, StallCause.BUSY, id="busy"),
+        pytest.param(StallWindow(0.0, 0.1, 0.095, 0.09, 0.0), 0.08, StallCause.GC, id="gc"),
+        pytest.param(StallWindow(0.0, 0.1, 0.095, 0.01, 0.08), 0.0, StallCause.NOT_SCHEDULED,
+                     id="not-scheduled"),
+        pytest.param(StallWindow(0.0, 0.1, 0.095, 0.01, 0.01), 0.0, StallCause.BLOCKED,
+                     id="blocked"),
+        pytest.param(StallWindow(0.0, 0.1, 0.095, None, None), 0.0, StallCause.UNKNOWN,
+                     id="no-schedstat"),
+        pytest.param(StallWindow(0.0, 0.1, 0.095, None, None), 0.06, StallCause.GC,
+                     id="gc-without-schedstat"),
+    ],
+)
+def test_classify_stall(window: StallWindow, gc_s: float, expected: StallCause) -> None:
+    assert classify_stall(window, gc_s) is expected
+
+
+def test_format_stack_names_the_innermost_frames_first() -> None:
+    def inner() -> tuple[str, ...]:
+        return format_stack(sys._getframe(), depth=2)
+
+    def outer() -> tuple[str, ...]:
+        return inner()
+
+    stack = outer()
+    assert [entry.split(" ")[0] for entry in stack] == [
+        "test_format_stack_names_the_innermost_frames_first.<locals>.inner",
+        "test_format_stack_names_the_innermost_frames_first.<locals>.outer",
+    ]
+    assert "test_loop_monitor.py:" in stack[0]
+
+
+def test_a_stack_of_loop_frames_only_reads_as_idle() -> None:
+    frame = sys._getframe()
+    assert format_stack(frame, base=loop_base_frames(frame)) == (IDLE,)
+    assert format_stack(frame, base=loop_base_frames(frame.f_back))[0].startswith(
+        "test_a_stack_of_loop_frames_only_reads_as_idle")
+
+
+async def test_the_loop_base_is_what_lies_outside_the_outermost_coroutine() -> None:
+    base = loop_base_frames(sys._getframe())
+    assert sys._getframe().f_code not in base
+    assert all(not code.co_flags & 0x80 for code in base)
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        LoopMonitor(sample_interval_ms=0)
+
+
+@asynccontextmanager
+async def monitored(**kwargs: object) -> AsyncIterator[tuple[LoopMonitor, list[float]]]:
+    lags: list[float] = []
+    monitor = LoopMonitor(sample_interval_ms=2, stall_threshold_ms=THRESHOLD_MS,
+                          observe_lag=lags.append, **kwargs)  # type: ignore[arg-type]
+    monitor.start()
+    try:
+        yield monitor, lags
+    finally:
+        monitor.close()
+
+
+def spin_the_loop() -> None:
+    """Our code hogging the loop: Python bytecode, so the watchdog can take the GIL."""
+    deadline = time.monotonic() + STALL_S
+    while time.monotonic() < deadline:
+        sum(range(100))
+
+
+def sleep_on_the_loop() -> None:
+    """A blocking call on the loop (off the CPU, the GIL released), like disk I/O."""
+    time.sleep(STALL_S)
+
+
+Reported = tuple[StallWindow, StallCause, float, tuple[str, ...]]
+
+
+async def stall_once(monitor: LoopMonitor, block: Callable[[], None],
+                     ours: Callable[[Reported], bool]) -> Reported:
+    """Run `block` on the loop; the report of the stall it caused (on a shared machine other,
+    unrelated stalls may be reported too: the process not being scheduled)."""
+    await wait_until(lambda: monitor.ticks >= 3, timeout_s=5, what="the monitor ticking")
+    asyncio.get_running_loop().call_soon(block)
+    await wait_until(lambda: any(ours(report) for report in monitor.reported), timeout_s=5,
+                     what=f"the stall of {block.__name__} reported")
+    return next(report for report in monitor.reported if ours(report))
+
+
+def names(function: Callable[[], None]) -> Callable[[Reported], bool]:
+    return lambda report: bool(report[3]) and report[3][0].startswith(function.__name__)
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize(
+    ("block", "causes"),
+    [
+        # A busy 2-core machine may deschedule the spinning thread: both read as "not ours to
+        # blame on disk"; the stack is what must name the code.
+        pytest.param(spin_the_loop, {StallCause.BUSY, StallCause.NOT_SCHEDULED}, id="busy"),
+        pytest.param(sleep_on_the_loop, {StallCause.BLOCKED}, id="blocked"),
+    ],
+)
+def test_a_stall_is_reported_with_the_callback_that_caused_it(
+    loop_kind: str, block: Callable[[], None], causes: set[StallCause],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        counted: list[StallCause] = []
+        async with monitored(count_stall=counted.append) as (monitor, lags):
+            window, cause, _, _ = await stall_once(monitor, block, names(block))
+        assert cause in causes
+        assert window.lag_s >= STALL_S * 0.8
+        assert cause in counted
+        assert window.lag_s in lags
+        assert sum(1 for lag in lags if lag > THRESHOLD_MS / 1000) == monitor.stalls
+        assert len(counted) == monitor.stalls
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    if loop_kind == "uvloop":
+        uvloop.run(scenario())
+    else:
+        asyncio.run(scenario())
+    assert any(f"running={block.__name__}" in record.getMessage() for record in caplog.records)
+
+
+def test_a_garbage_collection_stall_is_named_as_such() -> None:
+    # A heap of cyclic garbage candidates big enough that one full collection takes well over
+    # the threshold.
+    heap: list[list[object]] = [[index] for index in range(600_000)]
+    for item in heap:
+        item.append(item)
+
+    def collect() -> None:
+        gc.collect()
+
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            _, _, gc_s, _ = await stall_once(monitor, collect,
+                                             lambda report: report[1] is StallCause.GC)
+        assert gc_s > THRESHOLD_MS / 1000
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # only the collection the test starts
+    try:
+        asyncio.run(scenario())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    del heap
+
+
+def test_a_quiet_loop_reports_no_stall() -> None:
+    async def scenario() -> None:
+        async with monitored() as (monitor, lags):
+            await wait_until(lambda: monitor.ticks >= 20, timeout_s=5, what="20 ticks")
+        assert len(lags) >= 20
+        # No assertion on lags themselves: a shared machine may delay any tick.
+        assert monitor.stalls == sum(1 for lag in lags if lag > THRESHOLD_MS / 1000)
+
+    asyncio.run(scenario())
+
+
+async def test_the_broker_exports_the_loop_lag(tmp_path: Path) -> None:
+    config = broker_config(tmp_path, event_loop_lag_sample_interval_ms=1,
+                           event_loop_stall_threshold_ms=THRESHOLD_MS)
+    async with running_broker(config) as node:
+        assert node.loop_monitor is not None
+        monitor = node.loop_monitor
+        await wait_until(lambda: monitor.ticks >= 5, timeout_s=5, what="5 ticks")
+        await stall_once(monitor, spin_the_loop, names(spin_the_loop))
+        text = await scrape(node)
+    assert sample(text, "pyrmq_event_loop_lag_seconds_count", node_id="broker-a") >= 5
+    assert sample(text, "pyrmq_event_loop_lag_seconds_bucket", le="+Inf") >= 5
+    assert sum(
+        sample(text, "pyrmq_event_loop_stalls_total", cause=cause.value)
+        for cause in StallCause
+        if f'cause="{cause.value}"' in text
+    ) >= 1
+
+
+async def test_the_monitor_can_be_turned_off(tmp_path: Path) -> None:
+    async with running_broker(broker_config(tmp_path, event_loop_lag_sample_interval_ms=0)) \
+            as node:
+        assert node.loop_monitor is None

@@ -1,0 +1,338 @@
+package pyrmq.interop;
+
+import java.nio.ByteBuffer;
+import java.util.Locale;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import org.HdrHistogram.Histogram;
+import org.HdrHistogram.Recorder;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * The open-loop latency benchmark of benchmarks/test_latency.py, shaped like the OpenMessaging
+ * Benchmark's RocketMQ driver: one producer sending at a fixed rate with the client's autoBatch on
+ * (asynchronous sends, a callback per message), and one push consumer in the same JVM.
+ *
+ * <pre>
+ *   LatencyBench namesrv topic [--rate=50000 --body-bytes=1024 --warmup-s=10 --duration-s=30
+ *                               --drain-s=10 --report-s=5 --queues=16 --group=pyrmq_latency
+ *                               --timeout-s=120]
+ * </pre>
+ *
+ * <p>The producer starts once the push consumer holds all `queues` queues of the topic (or after
+ * 30 s, with a warning), so that the run does not begin with a backlog. Open loop: message i is due at start + i / rate whatever happened to earlier ones (a slow
+ * broker does not slow the producer down, so stalls are not hidden: coordinated omission). The
+ * sender thread sends every message that is due, then parks until the next one. Each body starts
+ * with the System.nanoTime() of its send call (8 bytes), so the consumer, in this JVM, measures
+ * end-to-end latency (send call to the consumer's listener) with the same clock.
+ *
+ * <p>Publish latency: send call to the send callback (the broker's acknowledgement, after the
+ * client's batching). Only messages sent inside the measured window (warmup-s after the start,
+ * for duration-s) count, for both latencies; after the window the consumer gets drain-s to
+ * receive what was sent in it. Histograms are HdrHistogram (microseconds, 3 significant digits).
+ *
+ * <p>Output: "WINDOW_OPEN" and "WINDOW_CLOSED" around the measured window; every report-s one
+ * line "INTERVAL t_s pub_p99_ms pub_max_ms e2e_p99_ms e2e_max_ms sent received" (all messages of
+ * that interval, warm-up included); then one line of JSON: {"rate", "sent", "send_errors",
+ * "acked", "received", "missing", "behind_max_ms", "publish": {"p50_ms", "p99_ms", "p999_ms",
+ * "max_ms"}, "e2e": {...}, "client_cpu_pct"}, counting the window's messages only.
+ * behind_max_ms is how far the sender fell behind its schedule in the window: a send blocks when
+ * the client holds too many unacknowledged messages (its async back-pressure), so a large value
+ * means the broker (or this machine) did not keep up with the rate. The window closes on time
+ * whatever the sender does. The first 20 send errors of the window go to stderr. Exit 0 unless
+ * the arguments are bad.
+ */
+public final class LatencyBench {
+    static final String USAGE = "LatencyBench <namesrv> <topic> [--rate=50000] [--body-bytes=1024]"
+        + " [--warmup-s=10] [--duration-s=30] [--drain-s=10] [--report-s=5] [--queues=16]"
+        + " [--group=pyrmq_latency] [--timeout-s=120]";
+    private static final String PRODUCER_GROUP = "pyrmq_latency_producer";
+    private static final long HIGHEST_US = 3_600_000_000L;
+    private static final long ERRORS_PRINTED_MAX = 20;
+    private static final long ASSIGN_TIMEOUT_NANOS = 30_000_000_000L;
+
+    private LatencyBench() {
+    }
+
+    /** The latencies and counts shared by the sender, the callbacks and the consumer. */
+    static final class Stats {
+        // Set once the consumer holds its queues; until then nothing counts.
+        volatile long measureFrom = Long.MAX_VALUE;
+        volatile long measureTo = Long.MAX_VALUE;
+        final Recorder publish = new Recorder(HIGHEST_US, 3);
+        final Recorder e2e = new Recorder(HIGHEST_US, 3);
+        final Recorder publishInterval = new Recorder(HIGHEST_US, 3);
+        final Recorder e2eInterval = new Recorder(HIGHEST_US, 3);
+        final AtomicLong acked = new AtomicLong();
+        final AtomicLong measuredErrors = new AtomicLong();
+        final AtomicLong received = new AtomicLong();
+        final AtomicLong sentInterval = new AtomicLong();
+        final AtomicLong receivedInterval = new AtomicLong();
+
+        void window(long from, long to) {
+            measureTo = to;
+            measureFrom = from;
+        }
+
+        boolean measured(long sentAt) {
+            return sentAt >= measureFrom && sentAt < measureTo;
+        }
+    }
+
+    public static void main(String[] argv) throws Exception {
+        Common.Args args = Common.Args.parse(argv, 2, USAGE);
+        String namesrv = args.get(0);
+        String topic = args.get(1);
+        int rate = args.intOption("rate", 50_000);
+        int bodyBytes = Math.max(8, args.intOption("body-bytes", 1024));
+        long warmupNanos = args.intOption("warmup-s", 10) * 1_000_000_000L;
+        long durationNanos = args.intOption("duration-s", 30) * 1_000_000_000L;
+        long drainNanos = args.intOption("drain-s", 10) * 1_000_000_000L;
+        long reportNanos = Math.max(1, args.intOption("report-s", 5)) * 1_000_000_000L;
+        String group = args.option("group", "pyrmq_latency");
+        int queues = args.intOption("queues", 16);
+        Common.watchdog(args.intOption("timeout-s", 120));
+
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        Common.configureClient(consumer, namesrv, "latency-consumer");
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        consumer.subscribe(topic, "*");
+        Stats stats = new Stats();
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            long now = System.nanoTime();
+            for (MessageExt msg : msgs) {
+                byte[] body = msg.getBody();
+                if (body == null || body.length < 8) {
+                    continue;
+                }
+                long sentAt = ByteBuffer.wrap(body, 0, 8).getLong();
+                long micros = Math.max(0, (now - sentAt) / 1000);
+                stats.e2eInterval.recordValue(Math.min(micros, HIGHEST_US));
+                stats.receivedInterval.incrementAndGet();
+                if (stats.measured(sentAt)) {
+                    stats.e2e.recordValue(Math.min(micros, HIGHEST_US));
+                    stats.received.incrementAndGet();
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        // The producer starts once the consumer holds every queue: messages sent before would
+        // wait for the rebalance and start the run with a backlog.
+        long assignDeadline = System.nanoTime() + ASSIGN_TIMEOUT_NANOS;
+        while (consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
+                .size() < queues && System.nanoTime() < assignDeadline) {
+            LockSupport.parkNanos(10_000_000L);
+        }
+        int assigned = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+            .getProcessQueueTable().size();
+        if (assigned < queues) {
+            Common.err("WARNING the consumer holds " + assigned + " of " + queues + " queues");
+        }
+        long start = System.nanoTime() + 1_000_000_000L;
+        stats.window(start + warmupNanos, start + warmupNanos + durationNanos);
+
+        DefaultMQProducer producer = new DefaultMQProducer(PRODUCER_GROUP);
+        Common.configureClient(producer, namesrv, "latency-producer");
+        producer.setSendMsgTimeout(3000);
+        producer.setAutoBatch(true);
+        producer.start();
+
+        Thread reporter = new Thread(() -> report(stats, start, reportNanos), "latency-report");
+        reporter.setDaemon(true);
+        reporter.start();
+        Sender sender = new Sender(producer, topic, rate, start, stats,
+            Common.body("latency", bodyBytes));
+        Thread senderThread = new Thread(sender, "latency-sender");
+        senderThread.start();
+        waitUntil(stats.measureFrom);
+        long cpuAtOpen = LoadGenCpu.processCpuNanos();
+        Common.out("WINDOW_OPEN");
+        // The window closes on time even when the sender is stuck in a send (a broker that
+        // cannot keep up makes the client block): it is told to stop and given a moment.
+        waitUntil(stats.measureTo);
+        sender.stop = true;
+        long behindAtClose = sender.behindNow(System.nanoTime());
+        long cpuAtClose = LoadGenCpu.processCpuNanos();
+        long closedAt = System.nanoTime();
+        Common.out("WINDOW_CLOSED");
+        senderThread.join(5_000);
+        long measuredSent = sender.measuredSent;
+        long behindMax = Math.max(sender.behindMax, behindAtClose);
+        // The consumer gets drain-s to receive what the window sent; then the figures are final.
+        long drainUntil = System.nanoTime() + drainNanos;
+        while (System.nanoTime() < drainUntil
+            && (stats.received.get() < measuredSent
+                || stats.acked.get() + stats.measuredErrors.get() < measuredSent)) {
+            LockSupport.parkNanos(10_000_000L);
+        }
+        Histogram publish = stats.publish.getIntervalHistogram();
+        Histogram e2e = stats.e2e.getIntervalHistogram();
+        long received = stats.received.get();
+        String json = String.format(Locale.ROOT,
+            "{\"rate\": %d, \"body_bytes\": %d, \"seconds\": %.1f, \"sent\": %d, \"send_errors\": %d,"
+                + " \"acked\": %d, \"received\": %d, \"missing\": %d, \"behind_max_ms\": %.3f,"
+                + " \"publish\": %s, \"e2e\": %s, \"client_cpu_pct\": %.1f}",
+            rate, bodyBytes, durationNanos / 1e9, measuredSent, stats.measuredErrors.get(),
+            stats.acked.get(), received, Math.max(0, measuredSent - received), behindMax / 1e6,
+            percentiles(publish), percentiles(e2e),
+            100.0 * (cpuAtClose - cpuAtOpen) / Math.max(1, closedAt - stats.measureFrom));
+        Common.out(json);
+        producer.shutdown();
+        consumer.shutdown();
+        System.exit(Common.EXIT_OK);
+    }
+
+    /** Sends message i at start + i / rate (open loop), until told to stop. */
+    static final class Sender implements Runnable {
+        final DefaultMQProducer producer;
+        final String topic;
+        final int rate;
+        final long start;
+        final Stats stats;
+        final byte[] template;
+        volatile boolean stop;
+        volatile long sent;
+        volatile long measuredSent;
+        volatile long behindMax;
+
+        Sender(DefaultMQProducer producer, String topic, int rate, long start, Stats stats,
+               byte[] template) {
+            this.producer = producer;
+            this.topic = topic;
+            this.rate = rate;
+            this.start = start;
+            this.stats = stats;
+            this.template = template;
+        }
+
+        /** Message i is due i / rate seconds after the start (an hour at 10^6 msg/s: 3.6e18). */
+        long dueAt(long index) {
+            return start + index * 1_000_000_000L / rate;
+        }
+
+        /** How far behind its schedule the sender is at `now` (0 when on time). */
+        long behindNow(long now) {
+            return Math.max(0, now - dueAt(sent));
+        }
+
+        @Override
+        public void run() {
+            while (!stop) {
+                long now = System.nanoTime();
+                long due = dueAt(sent);
+                if (now < due) {
+                    LockSupport.parkNanos(Math.max(due - now, 1_000));
+                    continue;
+                }
+                byte[] body = template.clone();
+                long sentAt = System.nanoTime();
+                ByteBuffer.wrap(body).putLong(0, sentAt);
+                boolean measured = stats.measured(sentAt);
+                if (measured) {
+                    behindMax = Math.max(behindMax, now - due);
+                }
+                send(body, sentAt, measured);
+                sent++;
+                stats.sentInterval.incrementAndGet();
+                if (measured) {
+                    measuredSent++;
+                }
+            }
+        }
+
+        private void send(byte[] body, long sentAt, boolean measured) {
+            try {
+                producer.send(new Message(topic, body), new SendCallback() {
+                    @Override
+                    public void onSuccess(SendResult result) {
+                        long micros = (System.nanoTime() - sentAt) / 1000;
+                        if (result.getSendStatus() != SendStatus.SEND_OK) {
+                            failed(measured, "status " + result.getSendStatus());
+                            return;
+                        }
+                        stats.publishInterval.recordValue(Math.min(micros, HIGHEST_US));
+                        if (measured) {
+                            stats.publish.recordValue(Math.min(micros, HIGHEST_US));
+                            stats.acked.incrementAndGet();
+                        }
+                    }
+
+                    @Override
+                    public void onException(Throwable e) {
+                        failed(measured, e.toString());
+                    }
+                });
+            } catch (Exception e) {
+                failed(measured, e.toString());
+            }
+        }
+
+        private void failed(boolean measured, String why) {
+            if (measured && stats.measuredErrors.incrementAndGet() <= ERRORS_PRINTED_MAX) {
+                Common.err("ERROR send " + why);
+            }
+        }
+    }
+
+    private static void waitUntil(long at) {
+        long left;
+        while ((left = at - System.nanoTime()) > 0) {
+            LockSupport.parkNanos(left);
+        }
+    }
+
+    /** Every reportNanos, one INTERVAL line for the messages of that interval. */
+    private static void report(Stats stats, long start, long reportNanos) {
+        long next = start + reportNanos;
+        while (true) {
+            long left = next - System.nanoTime();
+            if (left > 0) {
+                LockSupport.parkNanos(left);
+                continue;
+            }
+            Histogram publish = stats.publishInterval.getIntervalHistogram();
+            Histogram e2e = stats.e2eInterval.getIntervalHistogram();
+            Common.out(String.format(Locale.ROOT, "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d",
+                (next - start) / 1e9, ms(publish, 99.0), maxMs(publish), ms(e2e, 99.0), maxMs(e2e),
+                stats.sentInterval.getAndSet(0), stats.receivedInterval.getAndSet(0)));
+            next += reportNanos;
+        }
+    }
+
+    private static double ms(Histogram histogram, double percentile) {
+        return histogram.getTotalCount() == 0 ? 0.0 : histogram.getValueAtPercentile(percentile) / 1000.0;
+    }
+
+    private static double maxMs(Histogram histogram) {
+        return histogram.getTotalCount() == 0 ? 0.0 : histogram.getMaxValue() / 1000.0;
+    }
+
+    private static String percentiles(Histogram histogram) {
+        if (histogram.getTotalCount() == 0) {
+            return "null";
+        }
+        return String.format(Locale.ROOT,
+            "{\"count\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f}",
+            histogram.getTotalCount(), ms(histogram, 50.0), ms(histogram, 99.0), ms(histogram, 99.9),
+            maxMs(histogram));
+    }
+
+    /** The JVM's CPU time (all threads). */
+    private static final class LoadGenCpu {
+        static long processCpuNanos() {
+            com.sun.management.OperatingSystemMXBean os = (com.sun.management.OperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+            return os.getProcessCpuTime();
+        }
+    }
+}
