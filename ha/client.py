@@ -19,8 +19,9 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from ha.config import HAConfig
 from ha.errors import HAError, HAProtocolError
 from ha.frames import MasterFrameDecoder
 from ha.slave_protocol import (
@@ -35,9 +36,6 @@ from ha.slave_protocol import (
 from ha.states import HAConnectionState
 from store.errors import StoreError
 from store.message_store import MessageStore
-
-if TYPE_CHECKING:
-    from ha.service import HAConfig
 
 log = logging.getLogger(__name__)
 

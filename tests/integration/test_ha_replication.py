@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from ha.config import HAConfig
 from ha.frames import (
     MasterFrameDecoder,
     SlaveAck,
     SlaveHandshake,
     TransferFrame,
 )
-from ha.service import AutoSwitchHAService, HAConfig
+from ha.service import AutoSwitchHAService
 from store.message_store import MessageStore
 from tests.remoting.support import wait_until
 from tests.support.store_helpers import message, small_config
