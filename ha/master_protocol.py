@@ -11,6 +11,8 @@ Invariants:
   epoch boundary; it is labelled with the epoch that wrote its bytes (true labelling, §7.3,
   which a Java slave accepts). A new epoch appended while the connection runs is picked up on
   the next batch (5.5.0 behaviour, §14 item 12).
+- An idle connection sends an empty TRANSFER frame (a heartbeat) after
+  `haSendHeartbeatInterval`, and also as soon as confirmOffset moved past the last value sent.
 - Acks never go backwards, and never exceed the bytes sent on this connection (the first ack:
   the master's max offset) (RocketMQ #1155, M6); a violation closes the connection.
 """
@@ -66,6 +68,7 @@ class MasterConnectionProtocol:
 
     __slots__ = (
         "_handshake_reply_due",
+        "_last_sent_confirm_offset",
         "_last_write_ms",
         "is_async_learner",
         "is_sync_from_last_file",
@@ -92,6 +95,7 @@ class MasterConnectionProtocol:
         self.last_transfer_time_ms = now_ms
         self._handshake_reply_due = False
         self._last_write_ms = now_ms
+        self._last_sent_confirm_offset = -1
 
     def receive(
         self, frame: SlaveFrame, *, replica_ids: Collection[int], store: StoreView
@@ -189,13 +193,18 @@ class MasterConnectionProtocol:
         if label.end_offset > where:
             size = min(size, label.end_offset - where)  # never cross an epoch boundary
         if size == 0:
-            if now_ms - self._last_write_ms < heartbeat_interval_ms:
+            # Idle: a heartbeat when due, or at once when confirmOffset moved since the last
+            # frame (the slave's consumers would otherwise wait for the next heartbeat).
+            if now_ms - self._last_write_ms < heartbeat_interval_ms and \
+                    store.confirm_offset <= self._last_sent_confirm_offset:
                 return None
+            self._last_sent_confirm_offset = store.confirm_offset
             return TransferHeader(0, where, label.epoch, label.start_offset,
                                   store.confirm_offset)
         self.next_transfer_from_where = where + size
         self.last_master_max_offset = store.max_phy_offset
         self.last_transfer_time_ms = now_ms
+        self._last_sent_confirm_offset = store.confirm_offset
         return TransferHeader(size, where, label.epoch, label.start_offset, store.confirm_offset)
 
     def caught_up(self, store: StoreView) -> bool:

@@ -316,7 +316,11 @@ class AutoSwitchHAService:
 
     def _on_ack_or_change(self) -> None:
         """The one place waiting sends complete, in offset order."""
+        confirm_before = self.store.confirm_offset
         self._update_confirm_offset()
+        if self.store.confirm_offset != confirm_before:
+            for connection in self.connections:
+                connection.wakeup.set()  # ship the new confirmOffset to idle slaves
         sss = self.sync_state_set
         if sss is None:
             return

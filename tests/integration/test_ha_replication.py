@@ -23,7 +23,7 @@ from ha.frames import (
 from ha.service import AutoSwitchHAService
 from store.message_store import MessageStore
 from tests.remoting.support import wait_until
-from tests.support.store_helpers import message, small_config
+from tests.support.store_helpers import message, read_all, small_config
 
 FILE_SIZE = 64 * 1024
 
@@ -242,3 +242,54 @@ async def test_master_refuses_a_rogue_slave_and_clamps_acks(cluster: Cluster) ->
     assert master.service.sync_state_set is not None
     assert master.service.sync_state_set.local == {1}
     assert master.service.ack_by_slave() == {}
+
+
+async def test_role_swap_under_sync_ack_load_loses_no_acknowledged_message(
+    cluster: Cluster,
+) -> None:
+    """The test plays the controller: A is master of {A, B} under a steady allAck load; then B
+    becomes master at epoch 2 (A first stops taking writes and follows B). Every send answered
+    SUCCESS, on either master, is in both final logs."""
+    a = await cluster.node(1)
+    b = await cluster.node(2)
+    await a.service.become_master(1, frozenset({1}), 1)
+    await b.service.become_slave(address(a), 1)
+    await wait_until(lambda: a.service.sync_state_set is not None
+                     and a.service.sync_state_set.local == {1, 2}, timeout_s=20,
+                     what="B joined A's SyncStateSet")
+    acked: list[bytes] = []
+    masters = {"current": a}
+    stop = asyncio.Event()
+
+    async def producer(worker: int) -> None:
+        index = 0
+        while not stop.is_set():
+            node = masters["current"]
+            body = f"w{worker}-{index}".encode() * 30
+            try:
+                put = await node.store.put_message(message(body))
+            except Exception:  # noqa: BLE001 - fenced during the swap: a definite refusal
+                await asyncio.sleep(0.001)
+                continue
+            if await node.service.wait_for_replicas(put.append.end_offset):
+                acked.append(body)
+            index += 1
+
+    workers = [asyncio.create_task(producer(w)) for w in range(4)]
+    await wait_until(lambda: len(acked) >= 200, timeout_s=30, what="load on A")
+    await a.service.become_slave(address(b), 2)  # A fences first: no write after this
+    await b.service.become_master(2, frozenset({2}), 2)
+    masters["current"] = b
+    await wait_until(lambda: b.service.sync_state_set is not None
+                     and b.service.sync_state_set.local == {1, 2}, timeout_s=30,
+                     what="A rejoined as B's slave")
+    count_at_swap = len(acked)
+    await wait_until(lambda: len(acked) >= count_at_swap + 200, timeout_s=30, what="load on B")
+    stop.set()
+    await asyncio.gather(*workers)
+    await wait_until(lambda: a.store.confirm_offset == b.store.max_phy_offset, timeout_s=20,
+                     what="A caught up with B, and confirmed all of it")
+    for node in (a, b):
+        stored = {record.body for record in read_all(node.store, "TopicTest", 0)}
+        assert not [body for body in acked if body not in stored]
+    assert a.commitlog_bytes() == b.commitlog_bytes()

@@ -177,11 +177,23 @@ def test_master_refuses_a_slave_behind_its_min_offset() -> None:
 def test_master_heartbeat_when_idle() -> None:
     store = view(100, "1:0 2:50", confirm=80)
     conn = transferring(store, ack=100)
-    assert conn.next_transfer(store, now_ms=4999, batch_size=100,
+    # confirmOffset 80 was never sent: an empty frame carries it at once.
+    assert conn.next_transfer(store, now_ms=1, batch_size=100, heartbeat_interval_ms=5000) \
+        == TransferHeader(0, 100, 2, 50, 80)
+    conn.wrote(1)
+    assert conn.next_transfer(store, now_ms=5000, batch_size=100,
                               heartbeat_interval_ms=5000) is None
-    assert conn.next_transfer(store, now_ms=5000, batch_size=100, heartbeat_interval_ms=5000) \
+    assert conn.next_transfer(store, now_ms=5001, batch_size=100, heartbeat_interval_ms=5000) \
         == TransferHeader(0, 100, 2, 50, 80)
     assert conn.caught_up(store)
+
+
+def test_master_ships_a_new_confirm_offset_without_waiting_for_the_heartbeat() -> None:
+    conn = transferring(view(100, confirm=80), ack=100)
+    conn.next_transfer(view(100, confirm=80), now_ms=1, batch_size=100, heartbeat_interval_ms=5000)
+    conn.wrote(1)
+    assert conn.next_transfer(view(100, confirm=100), now_ms=2, batch_size=100,
+                              heartbeat_interval_ms=5000) == TransferHeader(0, 100, 1, 0, 100)
 
 
 def test_master_picks_up_a_new_epoch_on_a_live_connection() -> None:
