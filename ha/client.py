@@ -8,8 +8,9 @@ with a new handshake (the protocol's own recovery). Durable steps run in worker 
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
-out right after the truncation (Java waits for its 5 s keep-alive, §5.3); acks of one read are
-coalesced into the last one.
+out right after the truncation (Java waits for its 5 s keep-alive, §5.3); the acks and the
+confirmOffset of the frames of one read are coalesced into the last ones (one ACK, one dispatch
+per read).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES: Final = 256 * 1024
+READ_CHUNK_BYTES: Final = 1024 * 1024
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
@@ -63,6 +64,7 @@ class HAClient:
         self.connected = asyncio.Event()
         self.received_bytes = 0
         self.sessions = 0
+        self._confirm_due: int | None = None
 
     @property
     def state(self) -> HAConnectionState:
@@ -132,9 +134,13 @@ class HAClient:
             last_read = now
             decoder.feed(data)
             ack: bytes | None = None
+            self._confirm_due = None
             while (frame := decoder.next_frame()) is not None:
                 effects = proto.receive(frame)
                 ack = await self._carry_out(effects, writer, defer_ack=True) or ack
+            if self._confirm_due is not None:
+                # Once per read: dispatch (consume queues) runs for all the frames just appended.
+                store.set_confirm_offset(min(self._confirm_due, store.max_phy_offset))
             if ack is not None:
                 writer.write(ack)
                 await writer.drain()
@@ -167,7 +173,10 @@ class HAClient:
                     log.info("epoch entry from master epoch=%d start_offset=%d", epoch,
                              start_offset)
                 case SetConfirmOffset(confirm_offset=confirm_offset):
-                    store.set_confirm_offset(min(confirm_offset, store.max_phy_offset))
+                    if defer_ack:
+                        self._confirm_due = confirm_offset
+                    else:
+                        store.set_confirm_offset(min(confirm_offset, store.max_phy_offset))
                 case TruncateTo(phy_offset=phy_offset, below_confirm=below_confirm):
                     await self._truncate(phy_offset, below_confirm, writer)
         return deferred
