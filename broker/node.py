@@ -267,6 +267,8 @@ class BrokerNode:
             ("rocketmq_consumer_connections", lambda: float(clients.consumer_connection_count)),
         ):
             metrics.bind_gauge(name, value)
+        if self.ha is not None:
+            metrics.bind_ha(self.ha.status)
         await self._start_metrics(metrics)
         log.info("broker started broker_name=%s cluster=%s address=%s namesrv=%s",
                  config.broker_name, config.broker_cluster_name, self.broker_addr,

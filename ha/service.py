@@ -28,6 +28,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from ha.client import HAClient
 from ha.config import HAConfig
@@ -47,6 +48,30 @@ log = logging.getLogger(__name__)
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveStatus:
+    """One connected slave, as the master sees it (metrics, haStatus)."""
+
+    broker_id: int
+    address: str
+    ack_offset: int
+    lag_bytes: int
+    lag_s: float  # time since it was last caught up (0 when caught up)
+    in_sync: bool
+    transferred_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HAStatus:
+    role: str
+    master_epoch: int
+    confirm_offset: int
+    max_phy_offset: int
+    sync_state_set: tuple[int, ...]
+    waiting_sends: int
+    slaves: tuple[SlaveStatus, ...]
 
 
 class HARole(enum.Enum):
@@ -380,6 +405,29 @@ class AutoSwitchHAService:
         except TimeoutError:
             future.cancel()
             return False
+
+    def status(self) -> HAStatus:
+        """The figures of the metrics exporter (and, later, GET_BROKER_HA_STATUS)."""
+        sss = self.sync_state_set
+        view = sss.view() if sss is not None else frozenset()
+        max_phy = self.store.max_phy_offset
+        now = self.clock_ms()
+        slaves = []
+        for connection in list(self.connections):
+            proto = connection.protocol
+            if proto.slave_broker_id is None or proto.slave_ack_offset is None:
+                continue
+            ack = proto.slave_ack_offset
+            caught_up = sss.last_caught_up_ms_by_slave.get(proto.slave_broker_id) \
+                if sss is not None else None
+            lag_s = 0.0 if ack >= max_phy or caught_up is None else (now - caught_up) / 1000
+            slaves.append(SlaveStatus(proto.slave_broker_id, connection.peer, ack,
+                                      max(0, max_phy - ack), lag_s,
+                                      proto.slave_broker_id in view,
+                                      connection.transferred_bytes))
+        return HAStatus(self.role.name, -1 if self.master_epoch is None else self.master_epoch,
+                        self.store.confirm_offset, max_phy, tuple(sorted(view)),
+                        self.waiting_sends, tuple(slaves))
 
     def appended(self) -> None:
         """New data in the commitlog: confirm follows (alone) and the writers wake at once

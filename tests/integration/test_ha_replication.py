@@ -7,12 +7,14 @@ every SyncStateSet proposal at once, as a controller that accepts it would.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from broker.metrics import BrokerMetrics
 from ha.config import HAConfig
 from ha.frames import (
     MasterFrameDecoder,
@@ -293,3 +295,28 @@ async def test_role_swap_under_sync_ack_load_loses_no_acknowledged_message(
         stored = {record.body for record in read_all(node.store, "TopicTest", 0)}
         assert not [body for body in acked if body not in stored]
     assert a.commitlog_bytes() == b.commitlog_bytes()
+
+
+async def test_prometheus_exports_the_ha_figures(cluster: Cluster) -> None:
+    master = await cluster.node(1)
+    await master.service.become_master(3, frozenset({1}), 1)
+    slave = await cluster.node(2)
+    await slave.service.become_slave(address(master), 3)
+    await wait_until(lambda: master.service.sync_state_set is not None
+                     and master.service.sync_state_set.local == {1, 2}, timeout_s=20,
+                     what="slave joined")
+    await send(master, 10)
+    await wait_until(lambda: master.service.status().slaves[0].lag_bytes == 0, timeout_s=20,
+                     what="slave caught up")
+    metrics = BrokerMetrics(cluster="c", node_id="broker-a")
+    metrics.bind_ha(master.service.status)
+    text = metrics.render().decode()
+    end = master.store.max_phy_offset
+    node = 'cluster="c",node_id="broker-a",node_type="broker"'
+    assert f"pyrmq_ha_master_epoch{{{node}}} 3.0" in text
+    assert f"pyrmq_ha_sync_state_set_size{{{node}}} 2.0" in text
+    assert f"pyrmq_ha_confirm_offset{{{node}}} {float(end)}" in text
+    assert re.search(rf'pyrmq_ha_slave_ack_offset{{{node},slave_address="[\d.:]+",'
+                     rf'slave_broker_id="2"}} {float(end)}', text)
+    assert re.search(r'pyrmq_ha_slave_in_sync\{.*slave_broker_id="2"\} 1.0', text)
+    assert re.search(r'pyrmq_ha_slave_transfer_bytes_total\{.*slave_broker_id="2"\} [1-9]', text)
