@@ -205,7 +205,8 @@ class AutoSwitchHAService:
     # ------------------------------------------------------------------ master: connections
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
+        peername = writer.get_extra_info("peername")
+        peer = "{}:{}".format(*peername[:2]) if peername else "unknown"
         if self.role is not HARole.MASTER:
             log.warning("HA connection refused: not master peer=%s role=%s", peer,
                         self.role.name)
@@ -255,8 +256,7 @@ class AutoSwitchHAService:
                 last_master_max_offset=last_master_max_offset, is_async_learner=False,
             ):
                 self._propose_change(sss.local | {acked.broker_id}, "expand")
-        if acked.broker_id in sss.view() and acked.max_offset < self.store.confirm_offset and \
-                sss.sync_state_set_epoch:
+        if acked.broker_id in sss.view() and acked.max_offset < self.store.confirm_offset:
             # A member came back short (it lost a tail): shrink it out; it never lowers
             # confirmOffset (reliability.md M4).
             self._propose_change(sss.local - {acked.broker_id}, "member behind confirm")
