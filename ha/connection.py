@@ -64,8 +64,6 @@ class HAConnection:
             for err in group_error.exceptions:
                 log.warning("HA connection closed peer=%s slave_broker_id=%s reason=%s",
                             self.peer, self.protocol.slave_broker_id, err)
-        except* asyncio.CancelledError:
-            pass
         finally:
             self._writer.close()
             with contextlib.suppress(OSError, ConnectionError):

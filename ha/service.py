@@ -112,6 +112,8 @@ class AutoSwitchHAService:
         self._waiters: collections.deque[tuple[int, asyncio.Future[bool]]] = \
             collections.deque()
         self.ha_port = 0
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,13 +126,33 @@ class AutoSwitchHAService:
         log.info("HA listener started port=%d", self.ha_port)
 
     async def run(self) -> None:
-        """The periodic SyncStateSet check until cancelled (the listener runs on its own)."""
+        """The periodic SyncStateSet check until cancelled (the listener runs on its own).
+
+        An unexpected error of a connection or of the HA client (e.g. a `DataInvariantError`
+        from the store) ends `run()` with that error, so the node stops (STYLE §4)."""
         try:
             while True:
-                await asyncio.sleep(self.config.check_sync_state_set_period_ms / 1000)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.check_sync_state_set_period_ms / 1000):
+                        await self._failed.wait()
+                if self._failure is not None:
+                    raise self._failure
                 self.check_sync_state_set()
         finally:
             await self.close()
+
+    def _fail(self, err: BaseException) -> None:
+        log.error("HA failure, stopping: %r", err)
+        if self._failure is None:
+            self._failure = err
+        self._failed.set()
+
+    def _client_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is not None:
+            self._fail(err)
 
     async def close(self) -> None:
         await self._stop_client()
@@ -181,6 +203,7 @@ class AutoSwitchHAService:
         client = HAClient(self.store, self.config, master_ha_address, clock_ms=self.clock_ms)
         self._client = client
         self._client_task = asyncio.create_task(client.run(), name="ha-client")
+        self._client_task.add_done_callback(self._client_done)
         log.info("became slave master_epoch=%d master_ha_address=%s:%d", epoch,
                  *master_ha_address)
 
@@ -216,6 +239,8 @@ class AutoSwitchHAService:
         self.connections.add(connection)
         try:
             await connection.run()
+        except Exception as err:  # noqa: BLE001 - not a peer's fault (those end in run())
+            self._fail(err)
         finally:
             self.connections.discard(connection)
             self._connection_closed(connection)

@@ -21,6 +21,7 @@ from ha.frames import (
     TransferHeader,
 )
 from ha.service import AutoSwitchHAService
+from store.errors import DataInvariantError
 from store.message_store import MessageStore
 from tests.integration.test_ha_replication import Cluster, Node, address, send
 from tests.remoting.support import wait_until
@@ -203,3 +204,23 @@ async def test_no_consistent_point_truncates_nothing(tmp_path: Path) -> None:
         assert fake.acks == []
     finally:
         await made.close()
+
+
+async def test_a_broken_data_rule_on_the_slave_ends_the_service(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `DataInvariantError` is never caught locally: `run()` ends with it (the node stops)."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    await send(master, 3)
+    slave = await cluster.node(2)
+
+    def broken(offset: int, data: object) -> None:
+        raise DataInvariantError(f"test: append at {offset} breaks a rule")
+
+    monkeypatch.setattr(slave.store, "append_replicated", broken)
+    runner = asyncio.create_task(slave.service.run())
+    await slave.service.become_slave(address(master), 1)
+    with pytest.raises(DataInvariantError, match="breaks a rule"):
+        async with asyncio.timeout(20):
+            await runner
