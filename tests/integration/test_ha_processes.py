@@ -10,16 +10,22 @@ byte-identical on the three brokers.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from broker.client import BrokerClient, Message, Producer
+from broker.config import load_broker_config
 from remoting.codes import ResponseCode
+from store.message_store import MessageStore
 from tests.interop.network import free_broker_port
 from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+from tests.support.store_helpers import read_all
 
 TOPIC = "HaTopic"
 HA_CONF = {
@@ -71,10 +77,12 @@ async def send_all(address: str, count: int, *, tag: str, concurrency: int = 8) 
 
 
 def start(env: PyrmqEnv, broker_id: int, role: str, *, master_ha: str = "",
-          store_dir: Path | None = None, listen_port: int | None = None) -> PyrmqProcess:
+          store_dir: Path | None = None, listen_port: int | None = None, epoch: int = 1,
+          **extra: str | int | bool) -> PyrmqProcess:
     port = listen_port or free_broker_port()
     conf: dict[str, str | int | bool] = {
         **HA_CONF, "brokerId": broker_id, "pyrmqHaRole": role, "haListenPort": port + 1,
+        "pyrmqHaMasterEpoch": epoch, **extra,
     }
     if role == "master":
         conf |= {"pyrmqHaSyncStateSet": str(broker_id), "pyrmqHaReplicaIds": "1,2,3"}
@@ -114,3 +122,69 @@ async def test_master_and_two_slave_processes_replicate_and_survive_a_slave_kill
     assert len(expected) >= 2  # the log crossed commitlog files
     assert commitlog(slaves[2]) == expected
     assert commitlog(restarted) == expected
+
+
+async def send_codes(address: str, bodies: list[bytes], *, timeout_ms: int = 10_000
+                     ) -> list[int]:
+    """Send each body at once (concurrently) through `address`; the codes, in order."""
+    host, port = address.rsplit(":", 1)
+    async with await BrokerClient.connect(host, int(port)) as client:
+        producer = Producer(client, "HaProducer")
+        results = await asyncio.gather(*(
+            client.send(Message(TOPIC, body), producer_group=producer.group, queue_id=0,
+                        timeout_ms=timeout_ms)
+            for body in bodies
+        ))
+    return [result.code for result in results]
+
+
+def bodies_in(process: PyrmqProcess) -> set[bytes]:
+    """Every message body in a stopped broker's store (topic TOPIC, queue 0)."""
+    assert process.store_dir is not None
+    store = MessageStore(replace(load_broker_config(process.config_path).config.to_store_config(),
+                                 read_uncommitted=True))
+    store.open()
+    try:
+        return {record.body for record in read_all(store, TOPIC, 0)}
+    finally:
+        store.close()
+
+
+async def test_an_old_master_cuts_exactly_its_unconfirmed_tail(env: PyrmqEnv) -> None:
+    """A is master of {A, B}. B is paused, so A's next sends end FLUSH_SLAVE_TIMEOUT (stored,
+    not confirmed); then B and A die. B comes back as master at epoch 2 and takes writes; A
+    restarts as B's slave and cuts exactly its unconfirmed tail: both logs end byte-identical,
+    every SUCCESS is in them, and no unconfirmed message survives."""
+    a = start(env, 1, "master", pyrmqHaSyncStateSet="1,2", slaveTimeout=1000,
+              haMaxTimeSlaveNotCatchup=60_000)
+    b = start(env, 2, "slave", master_ha=f"127.0.0.1:{a.port + 1}")
+    wait_until(lambda: "epoch entry from master epoch=1" in b.log(), timeout_s=30,
+               what="B replicating from A", process=b)
+    confirmed = [f"confirmed-{i}".encode() for i in range(50)]
+    assert await send_codes(a.addr, confirmed) == [ResponseCode.SUCCESS] * 50
+    # Paused, B's kernel still takes A's bytes into its socket buffer; killed while paused, B
+    # never reads them: they are A's unconfirmed tail.
+    os.kill(b.pid, signal.SIGSTOP)
+    unconfirmed = [f"unconfirmed-{i}".encode() for i in range(20)]
+    try:
+        codes = await send_codes(a.addr, unconfirmed)
+    finally:
+        b.kill()
+    assert codes == [ResponseCode.FLUSH_SLAVE_TIMEOUT] * 20
+    a.kill()
+    b2 = start(env, 2, "master", store_dir=b.store_dir, epoch=2, pyrmqHaSyncStateSet="2",
+               pyrmqHaReplicaIds="1,2")
+    after = [f"epoch2-{i}".encode() for i in range(30)]
+    assert await send_codes(b2.addr, after) == [ResponseCode.SUCCESS] * 30
+    a2 = start(env, 1, "slave", store_dir=a.store_dir, epoch=2,
+               master_ha=f"127.0.0.1:{b2.port + 1}")
+    wait_until(lambda: sync_state_set_of(b2) == {1, 2}, timeout_s=30,
+               what="A caught up and joined B's SyncStateSet", process=a2)
+    assert "lost_committed" not in a2.log()
+    for process in (b2, a2):
+        assert process.terminate() == 0, process.diagnostics()
+    assert commitlog(a2) == commitlog(b2)
+    for process in (a2, b2):
+        stored = bodies_in(process)
+        assert set(confirmed) | set(after) <= stored
+        assert not set(unconfirmed) & stored
