@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -188,3 +189,29 @@ async def test_an_old_master_cuts_exactly_its_unconfirmed_tail(env: PyrmqEnv) ->
         stored = bodies_in(process)
         assert set(confirmed) | set(after) <= stored
         assert not set(unconfirmed) & stored
+
+
+async def test_a_lagging_slave_is_shrunk_on_time_and_expands_after_catching_up(
+    env: PyrmqEnv,
+) -> None:
+    """haMaxTimeSlaveNotCatchup=1000: a paused slave stops catching up and is shrunk out about
+    1 s later (+ checkSyncStateSetPeriod 500 ms); the sends waiting for it then complete with
+    SUCCESS (the committed set no longer has it). Resumed, it catches up and expands again."""
+    master = start(env, 1, "master", haMaxTimeSlaveNotCatchup=1000, slaveTimeout=20_000)
+    slave = start(env, 2, "slave", master_ha=f"127.0.0.1:{master.port + 1}")
+    wait_until(lambda: sync_state_set_of(master) == {1, 2}, timeout_s=30,
+               what="slave in the SyncStateSet", process=master)
+    os.kill(slave.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        codes = await send_codes(master.addr, [f"during-{i}".encode() for i in range(10)],
+                                 timeout_ms=30_000)
+        waited_s = time.monotonic() - started
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
+    assert codes == [ResponseCode.SUCCESS] * 10
+    assert "sync_state_set applied old=[1, 2] new=[1]" in master.log()
+    # 1 s not caught up + one 0.5 s check, with generous slack for a loaded 2-core host.
+    assert 1.0 <= waited_s < 1.5 + 5.0, waited_s
+    wait_until(lambda: sync_state_set_of(master) == {1, 2}, timeout_s=30,
+               what="the resumed slave caught up and expanded", process=master)
