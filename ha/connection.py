@@ -2,7 +2,8 @@
 
 A reader coroutine feeds the slave's frames to `MasterConnectionProtocol` and reports acks to
 the service; a writer coroutine sends the handshake reply, then TRANSFER frames straight from
-the commitlog mapping (a memoryview, no copy of the body), and heartbeats when idle. Either side
+the commitlog mapping (a memoryview, no copy of the body, for the last file; a copy for older
+files, which retention may delete meanwhile), and heartbeats when idle. Either side
 failing closes the connection (bad input fails alone: one WARNING, the slave reconnects).
 Nothing read for `haHousekeepingInterval` closes it too.
 """
@@ -125,12 +126,23 @@ class HAConnection:
             writer.write(header.encode())
             if header.body_size:
                 body = store.commitlog.view(header.offset, header.body_size)
-                writer.write(body)
-                await writer.drain()
-                if writer.transport.get_write_buffer_size() == 0:
-                    with contextlib.suppress(BufferError):
-                        body.release()
-                # Else the transport may still hold the view; it goes with its last reference.
+                last = store.commitlog.files.last
+                if last is not None and header.offset < last.file_from_offset:
+                    # An older file may be deleted by retention while the transport still holds
+                    # a view of it (close() would fail): copy. The live tail, in the last file
+                    # (never deleted), goes without a copy.
+                    data = bytes(body)
+                    body.release()
+                    writer.write(data)
+                    await writer.drain()
+                else:
+                    writer.write(body)
+                    await writer.drain()
+                    if writer.transport.get_write_buffer_size() == 0:
+                        with contextlib.suppress(BufferError):
+                            body.release()
+                    # Else the transport may still hold the view; it goes with its last
+                    # reference.
                 del body
                 self.transferred_bytes += header.body_size
             else:
