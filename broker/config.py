@@ -34,6 +34,7 @@ from typing import Final
 
 from broker.errors import BrokerConfigError
 from broker.properties import PropertyEntry, parse_properties
+from ha.config import HAConfig
 from remoting.fastjson import java_int
 from store.config import FlushDiskType, StoreConfig
 from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
@@ -147,6 +148,13 @@ class BrokerConfig:
     all_ack_in_sync_state_set: bool = True
     enable_auto_in_sync_replicas: bool = False
     slave_timeout_ms: int = 3_000
+    # -- pyrmq: a fixed HA role, given by a test fixture until the controller work lands.
+    # "" (none: the broker stays fenced), "master" or "slave"; brokerId is the controller id.
+    pyrmq_ha_role: str = ""
+    pyrmq_ha_master_epoch: int = 1
+    pyrmq_ha_master_address: str = ""  # slave: the master's brokerIP2:haListenPort
+    pyrmq_ha_sync_state_set: str = ""  # master: comma-separated broker ids
+    pyrmq_ha_replica_ids: str = ""  # master: ids allowed to handshake, comma-separated
     # -- metrics (pyrmq default PROM; Java: DISABLE)
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.PROM
     metrics_prom_exporter_host: str = ""
@@ -194,6 +202,25 @@ class BrokerConfig:
     def register_name_server_period_effective_ms(self) -> int:
         """Java clamps the registration period to 10..60 s."""
         return max(10_000, min(self.register_name_server_period_ms, 60_000))
+
+    def to_ha_config(self) -> HAConfig:
+        """The HA service's settings (ha-protocol.md §13); `brokerId` is the controller id."""
+        return HAConfig(
+            broker_id=self.broker_id,
+            ha_listen_port=self.ha_listen_port,
+            bind_address=self.bind_address,
+            ha_send_heartbeat_interval_ms=self.ha_send_heartbeat_interval_ms,
+            ha_housekeeping_interval_ms=self.ha_housekeeping_interval_ms,
+            ha_transfer_batch_size=self.ha_transfer_batch_size,
+            ha_max_time_slave_not_catchup_ms=self.ha_max_time_slave_not_catchup_ms,
+            check_sync_state_set_period_ms=self.check_sync_state_set_period_ms,
+            all_ack_in_sync_state_set=self.all_ack_in_sync_state_set,
+            in_sync_replicas=self.in_sync_replicas,
+            min_in_sync_replicas=self.min_in_sync_replicas,
+            slave_timeout_ms=self.slave_timeout_ms,
+            sync_from_last_file=self.sync_from_last_file,
+            async_learner=self.async_learner,
+        )
 
     def to_store_config(self) -> StoreConfig:
         """The store's settings: the MessageStoreConfig keys of this file."""
@@ -283,6 +310,15 @@ def _enum_parser(enum_type: type[enum.Enum]) -> Callable[[str], object]:
             return enum_type[text]
         except KeyError:
             raise ValueError(f"is not one of {names}") from None
+
+    return parse
+
+
+def _enum_text(*allowed: str) -> Callable[[str], object]:
+    def parse(text: str) -> object:
+        if text not in allowed:
+            raise ValueError(f"is not one of {', '.join(repr(a) for a in allowed)}")
+        return text
 
     return parse
 
@@ -392,6 +428,11 @@ KEYS: Final[Mapping[str, _Key]] = {
     "allAckInSyncStateSet": _Key("all_ack_in_sync_state_set", _parse_bool, important=True),
     "enableAutoInSyncReplicas": _Key("enable_auto_in_sync_replicas", _parse_bool),
     "slaveTimeout": _Key("slave_timeout_ms", _INT),
+    "pyrmqHaRole": _Key("pyrmq_ha_role", _enum_text("", "master", "slave")),
+    "pyrmqHaMasterEpoch": _Key("pyrmq_ha_master_epoch", _INT),
+    "pyrmqHaMasterAddress": _Key("pyrmq_ha_master_address", _parse_str),
+    "pyrmqHaSyncStateSet": _Key("pyrmq_ha_sync_state_set", _parse_str),
+    "pyrmqHaReplicaIds": _Key("pyrmq_ha_replica_ids", _parse_str),
     "metricsExporterType": _Key("metrics_exporter_type", _enum_parser(MetricsExporterType)),
     "metricsPromExporterHost": _Key("metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": _Key("metrics_prom_exporter_port", _port),

@@ -16,18 +16,22 @@ and histogram buckets are Java's:
   delay as `broker/loop_monitor.py` samples it (every 5 ms by default), and
   `pyrmq_event_loop_stalls_total` (label cause: gc, busy, not_scheduled, blocked, unknown);
   `pyrmq_store_dispatch_skipped`: records since start (recovery included) whose consume-queue
-  unit was refused, kept in the commitlog but never served (store/dispatch.py).
+  unit was refused, kept in the commitlog but never served (store/dispatch.py);
+- in controller mode, pyrmq's own `pyrmq_ha_*` series (see `_HACollector`).
 Every series also carries Java's node labels: cluster, node_type="broker", node_id=<brokerName>.
 Counting is cheap (no per-message logging, STYLE §6); rendering happens only when scraped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from ha.service import HAStatus
 from remoting.codes import RequestCode, ResponseCode
 
 MESSAGE_SIZE_BUCKETS: Final = (1024, 4 * 1024, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**2)
@@ -56,6 +60,50 @@ def response_code_desc(code: int) -> str:
         return ResponseCode(code).name.lower()
     except ValueError:
         return str(code)
+
+
+class _HACollector(Collector):
+    """`pyrmq_ha_*`: the master's confirmOffset, SyncStateSet size, epoch and waiting sends;
+    per connected slave its acked offset, lag in bytes and seconds, in-sync flag and bytes
+    shipped (a counter: rate() gives bytes/s)."""
+
+    def __init__(self, status: Callable[[], HAStatus], node: tuple[str, ...]) -> None:
+        self._status = status
+        self._node = list(node)
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status()
+        for name, help_text, value in (
+            ("pyrmq_ha_confirm_offset", "confirmOffset", status.confirm_offset),
+            ("pyrmq_ha_max_phy_offset", "commitlog max offset", status.max_phy_offset),
+            ("pyrmq_ha_master_epoch", "master epoch (-1: none)", status.master_epoch),
+            ("pyrmq_ha_sync_state_set_size", "SyncStateSet members (union while pending)",
+             len(status.sync_state_set)),
+            ("pyrmq_ha_waiting_sends", "sends waiting for replica acks", status.waiting_sends),
+        ):
+            family = GaugeMetricFamily(name, help_text, labels=list(NODE_LABELS))
+            family.add_metric(self._node, float(value))
+            yield family
+        per_slave = [*NODE_LABELS, "slave_broker_id", "slave_address"]
+        ack = GaugeMetricFamily("pyrmq_ha_slave_ack_offset", "slave acked offset",
+                                labels=per_slave)
+        lag = GaugeMetricFamily("pyrmq_ha_slave_lag_bytes", "bytes the slave lacks",
+                                labels=per_slave)
+        lag_s = GaugeMetricFamily("pyrmq_ha_slave_lag_seconds",
+                                  "seconds since the slave was last caught up", labels=per_slave)
+        in_sync = GaugeMetricFamily("pyrmq_ha_slave_in_sync", "1 if in the SyncStateSet",
+                                    labels=per_slave)
+        shipped = CounterMetricFamily("pyrmq_ha_slave_transfer_bytes",
+                                      "commitlog bytes shipped on this connection",
+                                      labels=per_slave)
+        for slave in status.slaves:
+            labels = [*self._node, str(slave.broker_id), slave.address]
+            ack.add_metric(labels, float(slave.ack_offset))
+            lag.add_metric(labels, float(slave.lag_bytes))
+            lag_s.add_metric(labels, slave.lag_s)
+            in_sync.add_metric(labels, 1.0 if slave.in_sync else 0.0)
+            shipped.add_metric(labels, float(slave.transferred_bytes))
+        yield from (ack, lag, lag_s, in_sync, shipped)
 
 
 def is_retry_or_dlq_topic(topic: str) -> bool:
@@ -127,6 +175,10 @@ class BrokerMetrics:
                  "Records since start whose consume-queue unit was refused (never served)"),
             )
         }
+
+    def bind_ha(self, status: Callable[[], HAStatus]) -> None:
+        """Export the HA service's figures (pyrmq names; Java's broker has no such series)."""
+        self.registry.register(_HACollector(status, self._node))
 
     def bind_gauge(self, name: str, value: Callable[[], float]) -> None:
         """Make gauge `name` read `value()` at each scrape."""

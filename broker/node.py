@@ -13,7 +13,10 @@ Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
   controller involved; this is what pyrmq runs today;
 - controller mode: the store starts fenced (writes refused with 14) and the broker does not
-  register with name servers until the ReplicasManager (not built yet) gives it a role;
+  register with name servers until the ReplicasManager (not built yet) gives it a role; the
+  AutoSwitchHA service (ha/) listens on `haListenPort`. Until the controller work lands a test
+  fixture may give the role in `broker.conf` (`pyrmqHaRole=master|slave`, see
+  `start_fixed_ha_role`); a master then answers a send SUCCESS only once its replicas acked it;
 - `brokerId != 0` without controller mode (RocketMQ's old master/slave HA) is refused at start.
 
 Graceful stop (`request_stop()`, or SIGTERM/SIGINT with `handle_signals`), in this order:
@@ -72,6 +75,7 @@ from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMess
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
+from ha.service import AutoSwitchHAService
 from remoting.codes import RequestCode
 from remoting.server import RemotingServer, ServerLimits
 from store.errors import DataInvariantError
@@ -139,6 +143,7 @@ class BrokerNode:
         self.schedule_message_service: ScheduleMessageService | None = None
         self.metrics: BrokerMetrics | None = None
         self.loop_monitor: LoopMonitor | None = None
+        self.ha: AutoSwitchHAService | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -197,8 +202,14 @@ class BrokerNode:
         config = self.config
         if config.enable_controller_mode:
             store.fenced = True
-            log.warning("controller mode: the ReplicasManager is not built yet; the broker stays "
-                        "fenced (writes refused, no name-server registration)")
+            self.ha = AutoSwitchHAService(
+                store, config.to_ha_config(), replica_ids=lambda: fixed_replica_ids(config),
+                propose_sync_state_set=self._propose_sync_state_set,
+            )
+            await self.ha.start()
+            if not config.pyrmq_ha_role:
+                log.warning("controller mode: the ReplicasManager is not built yet; the broker "
+                            "stays fenced (writes refused, no name-server registration)")
         config_dir = config.store_path_root_dir / CONFIG_DIR_NAME
         topics = TopicConfigManager(config, ConfigFile(config_dir / TOPICS_FILE_NAME),
                                     wall_ms=system_wall_ms)
@@ -250,6 +261,8 @@ class BrokerNode:
         )
         await asyncio.to_thread(schedule.load)
         self.schedule_message_service = schedule
+        if self.ha is not None and config.pyrmq_ha_role:
+            await self.start_fixed_ha_role(self.ha)
         registration = NamesrvRegistration(
             namesrv_addrs=config.namesrv_addr_list,
             identity=BrokerRegistrationIdentity(
@@ -276,6 +289,8 @@ class BrokerNode:
             ("rocketmq_store_dispatch_skipped", lambda: float(store.dispatch_skipped_total)),
         ):
             metrics.bind_gauge(name, value)
+        if self.ha is not None:
+            metrics.bind_ha(self.ha.status)
         await self._start_metrics(metrics)
         log.info("broker started broker_name=%s cluster=%s address=%s namesrv=%s",
                  config.broker_name, config.broker_cluster_name, self.broker_addr,
@@ -328,6 +343,8 @@ class BrokerNode:
                 group.create_task(runtime_stats.run(), name="runtime-stats"),
                 group.create_task(schedule.run(), name="schedule-message-service"),
             ]
+            if self.ha is not None:
+                tasks.append(group.create_task(self.ha.run(), name="ha"))
             await self._stop.wait()
             log.info("broker stopping")
             await self._close_quietly()
@@ -345,7 +362,7 @@ class BrokerNode:
         send = SendProcessor(
             config=config, store=store, topic_configs=topics, subscription_groups=groups,
             pull_hold=pull_hold, metrics=metrics,
-            uniq_ids=UniqIdGenerator(store_host.ip), store_host=store_host,
+            uniq_ids=UniqIdGenerator(store_host.ip), store_host=store_host, replication=self.ha,
         )
         pull = PullProcessor(
             config=config, store=store, topic_configs=topics, subscription_groups=groups,
@@ -389,6 +406,39 @@ class BrokerNode:
         })
         return send
 
+    async def start_fixed_ha_role(self, ha: AutoSwitchHAService) -> None:
+        """Take the role `broker.conf` gives (`pyrmqHaRole`), as the ReplicasManager will from
+        the controller: master at `pyrmqHaMasterEpoch` with `pyrmqHaSyncStateSet`, or slave of
+        `pyrmqHaMasterAddress`."""
+        config = self.config
+        epoch = config.pyrmq_ha_master_epoch
+        if config.pyrmq_ha_role == "master":
+            sync_state_set = frozenset(_ids(config.pyrmq_ha_sync_state_set)) | \
+                {config.broker_id}
+            await ha.become_master(epoch, sync_state_set, 1)
+        else:
+            host, _, port = config.pyrmq_ha_master_address.rpartition(":")
+            if not host or not port.isdigit():
+                raise BrokerConfigError(
+                    f"pyrmqHaMasterAddress={config.pyrmq_ha_master_address!r} is not host:port",
+                    key="pyrmqHaMasterAddress",
+                )
+            await ha.become_slave((host, int(port)), epoch)
+
+    def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
+                                ) -> None:
+        """Where ALTER_SYNC_STATE_SET will go (the controller work). With a fixed role the
+        proposal is applied at once, as a controller that accepts it would."""
+        if self.ha is None:
+            return
+        if not self.config.pyrmq_ha_role:
+            log.warning("no controller: sync_state_set proposal not sent proposal=%s",
+                        sorted(proposal))
+            return
+        asyncio.get_running_loop().call_soon(
+            self.ha.apply_sync_state_set, proposal, sync_state_set_epoch + 1
+        )
+
     async def _start_metrics(self, metrics: BrokerMetrics) -> None:
         exporter = self.config.metrics_exporter_type
         if exporter is MetricsExporterType.DISABLE:
@@ -405,12 +455,24 @@ class BrokerNode:
         """Answer parked pulls and close the servers, once (also on the error path)."""
         if self.pull_hold is not None:
             self.pull_hold.close()
+        if self.ha is not None:
+            await self.ha.close()
         if self.server is not None and not self._server_closed:
             self._server_closed = True
             await self.server.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
             self.metrics_server = None
+
+
+def _ids(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def fixed_replica_ids(config: BrokerConfig) -> frozenset[int]:
+    """The broker ids allowed to handshake with this master (fixed roles, no controller)."""
+    return frozenset(_ids(config.pyrmq_ha_replica_ids)) | \
+        frozenset(_ids(config.pyrmq_ha_sync_state_set))
 
 
 def _is_data_invariant(err: BaseException) -> bool:

@@ -180,6 +180,83 @@ class CommitLog:
         mapped.wrote_position = pos + batch.total_size
         return phy_offset
 
+    def append_raw(self, phy_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Copy replicated commitlog bytes (an HA TRANSFER body: an arbitrary byte range, maybe
+        cutting a record) to the end of the log at `phy_offset`.
+
+        `phy_offset` must be the log's end; an empty log starts its first file there, which must
+        then be a file start. The range must fit the rest of the current file (a master never
+        ships across a file); a full last file rolls to the next one (prepared ahead by the
+        store's allocator, or created inline). Raises `ValueError` otherwise: nothing is copied.
+        """
+        size = len(data)
+        mapped = self.files.last
+        if mapped is None:
+            if phy_offset % self.file_size:
+                raise ValueError(
+                    f"replicated bytes at {phy_offset}: an empty commitlog starts at a file start "
+                    f"(a multiple of {self.file_size})"
+                )
+            with self._alloc_lock:
+                prepared, self._next_file = self._next_file, None
+                if prepared is not None and prepared.file_from_offset == phy_offset:
+                    self.files.adopt_file(prepared)
+                    mapped = prepared
+                else:
+                    if prepared is not None:
+                        prepared.destroy()
+                    mapped = self.files.create_file(phy_offset)
+        elif phy_offset != mapped.max_offset:
+            raise ValueError(
+                f"replicated bytes at {phy_offset}: the commitlog ends at {mapped.max_offset}"
+            )
+        if mapped.is_full() and size:
+            mapped = self._roll(mapped)
+        if size > mapped.remaining:
+            raise ValueError(
+                f"replicated bytes [{phy_offset}, {phy_offset + size}) cross the end of "
+                f"{mapped.path.name} at {mapped.file_end_offset}"
+            )
+        pos = mapped.wrote_position
+        mapped.buf[pos : pos + size] = data
+        mapped.wrote_position = pos + size
+
+    def raw_file_needed(self, phy_offset: int, size: int) -> int | None:
+        """Start of the file `append_raw(phy_offset, <size bytes>)` would create inline (on the
+        event loop), or None; prepare it first with `prepare_raw_file` in a worker thread."""
+        last = self.files.last
+        if last is None:
+            start = phy_offset - phy_offset % self.file_size
+        elif size and last.is_full():
+            start = last.file_end_offset
+        else:
+            return None
+        prepared = self._next_file
+        return None if prepared is not None and prepared.file_from_offset == start else start
+
+    def prepare_raw_file(self, start: int) -> None:
+        """Create the file starting at `start` ahead of `append_raw` (also the first file of an
+        empty log, at any file start); blocking (worker thread)."""
+        with self._alloc_lock:
+            last = self.files.last
+            if self._next_file is not None or (last is not None and start != last.file_end_offset):
+                return
+            make_dirs_durable(self.files.directory)
+            self._next_file = MappedFile.create(
+                self.files.directory / offset_to_file_name(start), self.file_size
+            )
+
+    def view(self, phy_offset: int, size: int) -> memoryview:
+        """A view of written bytes [phy_offset, phy_offset + size) in one file, without a copy
+        (the HA master sends from it). Release it soon: a live view blocks closing the file.
+        Raises `IndexError` outside the written data of one file."""
+        mapped = self.files.find(phy_offset)
+        if mapped is None or phy_offset + size > mapped.max_offset:
+            raise IndexError(f"commitlog: [{phy_offset}, {phy_offset + size}) not written")
+        pos = phy_offset - mapped.file_from_offset
+        with memoryview(mapped.buf) as whole:
+            return whole[pos : pos + size]
+
     def file_needed_for(self, size: int) -> int | None:
         """Start offset of the segment an append of `size` bytes would have to create inline
         (no room left and none prepared); None when the append needs no new file."""

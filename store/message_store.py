@@ -721,6 +721,90 @@ class MessageStore:
         finally:
             self.fenced = was_fenced
 
+    # ================================================================ HA (replication)
+
+    def append_replicated(self, phy_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """A slave appends bytes its master shipped (any byte range) at the commitlog's end.
+        Client writes stay refused (fenced); dispatch follows confirmOffset. Raises
+        `WriteRefusedError` when closed, `DiskFullError` above the disk limit, `ValueError` for
+        bytes that do not continue the log inside one file (nothing copied)."""
+        if self._closed or not self._opened:
+            raise WriteRefusedError("store is not open")
+        if self.disk_full:
+            raise DiskFullError(
+                f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
+            )
+        self.commitlog.append_raw(phy_offset, data)
+
+    async def prepare_replicated(self, phy_offset: int, size: int) -> None:
+        """Create, in a worker thread, the file `append_replicated` would otherwise create on
+        the event loop."""
+        start = self.commitlog.raw_file_needed(phy_offset, size)
+        if start is not None:
+            await self._once(("commitlog", start), lambda: self._in_thread(
+                self.commitlog.prepare_raw_file, start))
+
+    def is_record_boundary(self, phy_offset: int) -> bool:
+        """Whether the log may be cut at `phy_offset` (ha-protocol.md §6 step 5): at or past the
+        end, at a fully valid record (CRCs checked), at a BLANK, or past its file's data."""
+        if phy_offset >= self.commitlog.max_phy_offset:
+            return True
+        mapped = self.commitlog.files.find(phy_offset)
+        if mapped is None:
+            return False
+        pos = phy_offset - mapped.file_from_offset
+        if pos >= mapped.wrote_position:
+            return True
+        check = check_record(mapped.buf, pos, limit=mapped.wrote_position,
+                             expected_phy_offset=phy_offset, check_body_crc=True,
+                             verify_prop_crc=self.config.force_verify_prop_crc)
+        return check.status in (CheckStatus.VALID, CheckStatus.BLANK)
+
+    async def truncate_for_slave(self, phy_offset: int) -> None:
+        """A slave's handshake cut (ha-protocol.md §6 steps 5-6), in durable order: consume
+        queues and commitlog (zeroed, fsynced), then epoch entries starting at or after
+        `phy_offset` (the epoch file, also when no byte was cut). Committed bytes may go: the
+        master's log is authoritative (the caller reports that loudly)."""
+        if phy_offset < self.commitlog.max_phy_offset:
+            await self.truncate_to(phy_offset, allow_below_confirm=True)
+        async with self._disk():
+            await self._in_thread(self._truncate_epochs_from_blocking, phy_offset)
+
+    def _truncate_epochs_from_blocking(self, phy_offset: int) -> None:
+        trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
+        if trimmed != self.epoch_cache:
+            write_epoch_file(self.epoch_file_path, trimmed.entries)
+            self.epoch_cache = trimmed
+
+    async def append_epoch(self, epoch: int, start_offset: int) -> None:
+        """`append_epoch_blocking` in a worker thread (the epoch file is fsynced)."""
+        async with self._disk():
+            await self._in_thread(self.append_epoch_blocking, epoch, start_offset)
+
+    def become_master_blocking(self, epoch: int) -> int:
+        """The store's part of changeToMaster (ha-protocol.md §12.1), in durable order: cut a
+        partial tail left by replication (bytes after the last whole valid record), drop epoch
+        entries at or above `epoch`, persist `(epoch, max_phy_offset)`, then rebuild the next
+        queue offsets and dispatch everything (a lone master confirms its whole log). Returns
+        the epoch's start offset. Blocking; the store must be fenced meanwhile."""
+        end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
+        if end < self.commitlog.max_phy_offset:
+            self.truncate_to_blocking(end, allow_below_confirm=True)
+        start = self.commitlog.max_phy_offset
+        cache = self.epoch_cache.truncate_suffix_by_epoch(epoch).append(epoch, start)
+        write_epoch_file(self.epoch_file_path, cache.entries)
+        self.epoch_cache = cache
+        self._rebuild_queue_offsets()
+        self._confirm_offset = max(self._confirm_offset, start)
+        self.confirm_follows_max = False
+        self.dispatch_pending()
+        return start
+
+    async def become_master(self, epoch: int) -> int:
+        """`become_master_blocking` in a worker thread, under the disk lock."""
+        async with self._disk():
+            return await self._in_thread(self.become_master_blocking, epoch)
+
     # ================================================================ background work
 
     async def _in_thread(self, fn: Callable[_P, _T], /, *args: _P.args,

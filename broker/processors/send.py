@@ -14,7 +14,11 @@ changes nothing at all (reliability.md P5). The codes:
   `maxMessageSize`, properties over 32767 bytes with the CRC reservation), a malformed batch,
   a batch to a retry topic or with a transactional/delay flag;
 - 17 TOPIC_NOT_EXIST: unknown topic and no auto-creation; 26 for a retry topic of an unknown group.
-Every non-success code except 10 means nothing was appended (reliability.md M2), with one
+- 1 SYSTEM_ERROR "in-sync replicas not enough": a replicated master below `minInSyncReplicas`
+  (checked before the append);
+- 12 FLUSH_SLAVE_TIMEOUT: stored, but the replicas the send waits for (the whole SyncStateSet
+  with `allAckInSyncStateSet`, else `inSyncReplicas`) did not ack within `slaveTimeout`.
+Every non-success code except 10 and 12 means nothing was appended (reliability.md M2), with one
 exception: SYSTEM_ERROR "appended, but it will not be served" (`DispatchError`), a record whose
 consume-queue unit its queue refused (store/dispatch.py); it is in the commitlog, never served.
 
@@ -36,7 +40,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
@@ -179,6 +183,22 @@ def _true(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
+PROPERTY_WAIT: Final = "WAIT"
+
+
+class Replication(Protocol):
+    """What sends need from the HA service (ha/service.py) on a master."""
+
+    def in_sync_replicas_enough(self) -> bool: ...
+
+    async def wait_for_replicas(self, end_offset: int) -> bool: ...
+
+
+def _waits_for_replicas(wait: str | None) -> bool:
+    """Java waits unless the WAIT property is present and not "true" (ignoring case)."""
+    return wait is None or wait.lower() == "true"
+
+
 class SendProcessor:
     """Stores sent messages. `store_host` is this broker's `brokerIP1:listenPort` (STOREHOST
     of every record and the host part of every msgId)."""
@@ -194,8 +214,10 @@ class SendProcessor:
         metrics: BrokerMetrics,
         uniq_ids: UniqIdGenerator,
         store_host: HostPort,
+        replication: Replication | None = None,
     ) -> None:
         self._config = config
+        self._replication = replication
         self._store = store
         self._topics = topic_configs
         self._groups = subscription_groups
@@ -230,6 +252,25 @@ class SendProcessor:
         if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             return ResponseCode.FLUSH_DISK_TIMEOUT
         return ResponseCode.SUCCESS
+
+    def _in_sync_replicas_refusal(self, request: RemotingCommand, wait: str | None
+                                  ) -> RemotingCommand | None:
+        """`minInSyncReplicas`, checked before the append (a definite refusal, §11 step 2)."""
+        replication = self._replication
+        if replication is None or not _waits_for_replicas(wait):
+            return None
+        if replication.in_sync_replicas_enough():
+            return None
+        return self._refuse(request, ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
+
+    async def _replicated_code(self, result: PutResult, wait: str | None) -> int:
+        """SUCCESS only once the replicas acked (allAckInSyncStateSet / inSyncReplicas); a
+        timeout is FLUSH_SLAVE_TIMEOUT, which wins over FLUSH_DISK_TIMEOUT (§11 step 5)."""
+        replication = self._replication
+        if replication is not None and _waits_for_replicas(wait) and \
+                not await replication.wait_for_replicas(result.append.end_offset):
+            return ResponseCode.FLUSH_SLAVE_TIMEOUT
+        return self._put_code(result)
 
     def _store_refusal(self, request: RemotingCommand, err: StoreError) -> RemotingCommand:
         if isinstance(err, MessageIllegalError):
@@ -377,6 +418,9 @@ class SendProcessor:
             )
         except ValueError as err:
             return self._refuse(request, ResponseCode.SYSTEM_ERROR, str(err))
+        refused = self._in_sync_replicas_refusal(request, properties.get(PROPERTY_WAIT))
+        if refused is not None:
+            return refused
         try:
             msg = prepare_message(
                 topic=topic, queue_id=queue_id, flag=header.flag, body=request.body,
@@ -389,9 +433,10 @@ class SendProcessor:
             result = await self._store.put_message(msg)
         except StoreError as err:
             return self._store_refusal(request, err)
+        code = await self._replicated_code(result, properties.get(PROPERTY_WAIT))
         self._after_append(topic, queue_id, result.append, msg.tags_code, message_type)
         return self._stored(
-            request, self._put_code(result),
+            request, code,
             msg_id=offset_msg_id(self.store_host, result.append.phy_offset),
             queue_id=real_queue_id,
             queue_offset=result.append.queue_offset, transaction_id=transaction_id,
@@ -453,6 +498,9 @@ class SendProcessor:
         sys_flag = header.sys_flag
         if found.topic_filter_type is TopicFilterType.MULTI_TAG:
             sys_flag |= SysFlag.MULTI_TAGS_FLAG
+        refused = self._in_sync_replicas_refusal(request, batch_properties.get(PROPERTY_WAIT))
+        if refused is not None:
+            return refused
         try:
             batch = prepare_batch_body(
                 topic=topic, queue_id=queue_id, body=request.body, sys_flag=sys_flag,
@@ -464,12 +512,13 @@ class SendProcessor:
             result = await self._store.put_batch(batch)
         except StoreError as err:
             return self._store_refusal(request, err)
+        code = await self._replicated_code(result, batch_properties.get(PROPERTY_WAIT))
         self._after_append(topic, queue_id, result.append, None,
                            message_type_of(batch_properties))
         phy = result.append.phy_offset
         msg_id = offset_msg_ids(self.store_host, [phy + start for start in batch.bounds[:-1]])
         return self._stored(
-            request, self._put_code(result), msg_id=msg_id, queue_id=queue_id,
+            request, code, msg_id=msg_id, queue_id=queue_id,
             queue_offset=result.append.queue_offset,
             transaction_id=batch_properties.get(PROPERTY_UNIQ_KEY),
         )

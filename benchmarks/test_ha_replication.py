@@ -1,0 +1,169 @@
+"""Replication throughput master -> slave, against a plain loopback socket stream, and the worst
+event-loop stall meanwhile.
+
+A master store holds a backlog of BACKLOG_BYTES (4 KiB messages); an empty slave joins and the
+time until its commitlog ends where the master's does is measured. Master and slave run in one
+event loop (uvloop), as do both ends of the peer: a plain TCP stream of the same number of
+bytes, written in `haTransferBatchSize` chunks from a memoryview and copied by the receiver into a
+preallocated buffer (the slave copies into its mapping). Rounds alternate peer / replication and
+the printed ratio is the median of per-round ratios (this shared machine drifts). The issue's
+goal is >= 0.5 for a 1 GiB backlog; BACKLOG_BYTES is smaller to keep CI short.
+
+A ticker coroutine sleeping 1 ms records how late it wakes: the worst lateness during
+replication is the worst event-loop stall (goal < 5 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Final
+
+import uvloop
+
+from benchmarks.conftest import record
+from ha.config import HAConfig
+from ha.service import AutoSwitchHAService
+from store.config import StoreConfig
+from store.message_store import MessageStore
+from tests.support.store_helpers import message
+
+BACKLOG_BYTES: Final = 256 * 1024 * 1024
+FILE_BYTES: Final = 128 * 1024 * 1024
+BATCH: Final = 32 * 1024
+ROUNDS: Final = 3
+
+
+def _config(root: Path) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=FILE_BYTES,
+                       enable_controller_mode=True)
+
+
+def _ha(broker_id: int) -> HAConfig:
+    return HAConfig(broker_id=broker_id, ha_listen_port=0, bind_address="127.0.0.1",
+                    ha_transfer_batch_size=BATCH, reconnect_interval_ms=50)
+
+
+class Ticker:
+    """Measures how late a 1 ms sleep wakes up: the event loop's stalls."""
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.worst_s = max(self.worst_s, time.perf_counter() - started - 0.001)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def _replicate_once(master: MessageStore, service: AutoSwitchHAService, root: Path,
+                          ticker: Ticker) -> float:
+    slave = MessageStore(_config(root))
+    await asyncio.to_thread(slave.open)
+    slave_service = AutoSwitchHAService(slave, _ha(2), replica_ids=lambda: {1, 2},
+                                        propose_sync_state_set=lambda *_: None)
+    end = master.max_phy_offset
+    try:
+        started = time.perf_counter()
+        ticker.start()
+        await slave_service.become_slave(("127.0.0.1", service.ha_port), 1)
+        for _ in itertools.count():  # polled: the figure is the time to the last byte
+            if slave.max_phy_offset >= end:
+                break
+            await asyncio.sleep(0.005)
+        seconds = time.perf_counter() - started
+        await ticker.stop()
+        return seconds
+    finally:
+        await slave_service.close()
+        await asyncio.to_thread(slave.close)
+        shutil.rmtree(root)
+
+
+async def _socket_stream_once(data: memoryview) -> float:
+    """A plain TCP stream of `data` in BATCH chunks; the receiver copies into a buffer."""
+    received = bytearray(len(data) + 256 * 1024)  # never an empty buffer at the end
+    done = asyncio.get_running_loop().create_future()
+
+    class Receiver(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.pos = 0
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return memoryview(received)[self.pos : self.pos + 256 * 1024]
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.pos += nbytes
+            if self.pos >= len(data) and not done.done():
+                done.set_result(None)
+
+    server = await asyncio.get_running_loop().create_server(Receiver, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    started = time.perf_counter()
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    for pos in range(0, len(data), BATCH):
+        writer.write(data[pos : pos + BATCH])
+        await writer.drain()
+    await done
+    seconds = time.perf_counter() - started
+    writer.close()
+    server.close()
+    return seconds
+
+
+async def _bench(tmp_path: Path) -> None:
+    master = MessageStore(_config(tmp_path / "master"))
+    await asyncio.to_thread(master.open)
+    service = AutoSwitchHAService(master, _ha(1), replica_ids=lambda: {1, 2},
+                                  propose_sync_state_set=lambda *_: None)
+    await service.start()
+    try:
+        await service.become_master(1, frozenset({1}), 1)
+        msg = message(b"x" * 4000)
+        while master.max_phy_offset < BACKLOG_BYTES:
+            await master.put_message(msg)
+        await master.flush()
+        payload = bytes(BACKLOG_BYTES)
+        peer_s: list[float] = []
+        repl_s: list[float] = []
+        stalls: list[float] = []
+        peer_stalls: list[float] = []
+        for index in range(ROUNDS):
+            peer_ticker = Ticker()
+            peer_ticker.start()
+            with memoryview(payload) as view:
+                peer_s.append(await _socket_stream_once(view))
+            await peer_ticker.stop()
+            peer_stalls.append(peer_ticker.worst_s)
+            ticker = Ticker()
+            repl_s.append(await _replicate_once(master, service, tmp_path / f"s{index}", ticker))
+            stalls.append(ticker.worst_s)
+        nbytes = master.max_phy_offset
+        ratio = statistics.median(p / r for p, r in zip(peer_s, repl_s, strict=True))
+        record(f"HA replication of a {nbytes / 2**20:.0f} MiB backlog: "
+               f"{nbytes / statistics.median(repl_s) / 1e6:,.0f} MB/s; plain loopback stream "
+               f"{BACKLOG_BYTES / statistics.median(peer_s) / 1e6:,.0f} MB/s; ratio "
+               f"{ratio:.2f} (goal >= 0.5); worst event-loop stall "
+               f"{max(stalls) * 1000:.1f} ms (goal < 5 ms; {max(peer_stalls) * 1000:.1f} ms "
+               f"during the plain stream); {ROUNDS} rounds, noisy shared host")
+    finally:
+        await service.close()
+        await asyncio.to_thread(master.close)
+
+
+def test_ha_replication_throughput(tmp_path: Path) -> None:
+    uvloop.run(_bench(tmp_path))

@@ -1,0 +1,201 @@
+"""HAClient: the slave's connection to its master (AutoSwitchHAClient), a shell.
+
+Connects, handshakes, truncates to the consistent point, then receives TRANSFER frames into the
+commitlog and acknowledges. It carries out the effects of `SlaveProtocol` in order and stops at
+the first failure: the connection closes and, after `reconnect_interval_ms`, a new one starts
+with a new handshake (the protocol's own recovery). Durable steps run in worker threads
+(truncation, epoch file); copying a body (<= haTransferBatchSize) into the mapping runs inline.
+
+Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
+HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
+out right after the truncation (Java waits for its 5 s keep-alive, §5.3); the acks and the
+confirmOffset of the frames of one read are coalesced into the last ones (one ACK, one dispatch
+per read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+from typing import Final
+
+from ha.config import HAConfig
+from ha.errors import HAError, HAProtocolError
+from ha.frames import MasterFrameDecoder
+from ha.slave_protocol import (
+    Append,
+    AppendEpoch,
+    Send,
+    SetConfirmOffset,
+    SlaveEffect,
+    SlaveProtocol,
+    TruncateTo,
+)
+from ha.states import HAConnectionState
+from store.errors import StoreError
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES: Final = 1024 * 1024
+CONNECT_TIMEOUT_S: Final = 5.0
+
+
+class HAClient:
+    """Replicates from one master until cancelled."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        master_ha_address: tuple[str, int],
+        *,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.master_ha_address = master_ha_address
+        self.clock_ms = clock_ms
+        self.peer = "{}:{}".format(*master_ha_address)
+        self.protocol: SlaveProtocol | None = None
+        self.connected = asyncio.Event()
+        self.received_bytes = 0
+        self.sessions = 0
+        self._confirm_due: int | None = None
+
+    @property
+    def state(self) -> HAConnectionState:
+        return HAConnectionState.READY if self.protocol is None else self.protocol.state
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._session()
+            except (HAError, OSError, EOFError, TimeoutError, StoreError, ValueError) as err:
+                log.warning("HA client disconnected master=%s reason=%s", self.peer, err)
+            finally:
+                self.protocol = None
+                self.connected.clear()
+            await asyncio.sleep(self.config.reconnect_interval_ms / 1000)
+
+    async def _session(self) -> None:
+        host, port = self.master_ha_address
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+        self.sessions += 1
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await self._replicate(reader, writer)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await writer.wait_closed()
+
+    async def _replicate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                         ) -> None:
+        config = self.config
+        store = self.store
+        proto = SlaveProtocol(self.peer, slave_broker_id=config.broker_id,
+                              is_sync_from_last_file=config.sync_from_last_file,
+                              is_async_learner=config.async_learner)
+        self.protocol = proto
+        decoder = MasterFrameDecoder(self.peer)
+        await self._carry_out(proto.connected(
+            local_max_phy_offset=store.max_phy_offset, local_epochs=store.epoch_cache,
+            confirm_offset=store.confirm_offset,
+        ), writer)
+        self.connected.set()
+        heartbeat_s = config.ha_send_heartbeat_interval_ms / 1000
+        housekeeping_ms = config.ha_housekeeping_interval_ms
+        last_read = last_write = self.clock_ms()
+        while True:
+            try:
+                async with asyncio.timeout(heartbeat_s):
+                    data = await reader.read(READ_CHUNK_BYTES)
+            except TimeoutError:
+                data = None
+            now = self.clock_ms()
+            if data is None:
+                if now - last_read > housekeeping_ms:
+                    raise EOFError(f"nothing read for {housekeeping_ms} ms")
+                if proto.state is HAConnectionState.TRANSFER and \
+                        now - last_write >= config.ha_send_heartbeat_interval_ms:
+                    writer.write(proto.keepalive().data)
+                    await writer.drain()
+                    last_write = now
+                continue
+            if not data:
+                raise EOFError("master closed the connection")
+            last_read = now
+            decoder.feed(data)
+            ack: bytes | None = None
+            self._confirm_due = None
+            while (frame := decoder.next_frame()) is not None:
+                effects = proto.receive(frame)
+                ack = await self._carry_out(effects, writer, defer_ack=True) or ack
+            if self._confirm_due is not None:
+                # Once per read: dispatch (consume queues) runs for all the frames just appended.
+                store.set_confirm_offset(min(self._confirm_due, store.max_phy_offset))
+            if ack is not None:
+                writer.write(ack)
+                await writer.drain()
+                last_write = self.clock_ms()
+
+    async def _carry_out(
+        self, effects: list[SlaveEffect], writer: asyncio.StreamWriter, *,
+        defer_ack: bool = False,
+    ) -> bytes | None:
+        """Perform effects in order; returns the last deferred ACK (sent by the caller once per
+        read). Any failure raises: nothing after it happens (no ACK for unappended bytes)."""
+        store = self.store
+        deferred: bytes | None = None
+        for effect in effects:
+            match effect:
+                case Send(data=data):
+                    if defer_ack:
+                        deferred = data
+                    else:
+                        writer.write(data)
+                        await writer.drain()
+                case Append(phy_offset=phy_offset, body=body):
+                    size = len(body)
+                    if store.commitlog.raw_file_needed(phy_offset, size) is not None:
+                        await store.prepare_replicated(phy_offset, size)
+                    store.append_replicated(phy_offset, body)
+                    self.received_bytes += size
+                case AppendEpoch(epoch=epoch, start_offset=start_offset):
+                    await store.append_epoch(epoch, start_offset)
+                    log.info("epoch entry from master epoch=%d start_offset=%d", epoch,
+                             start_offset)
+                case SetConfirmOffset(confirm_offset=confirm_offset):
+                    if defer_ack:
+                        self._confirm_due = confirm_offset
+                    else:
+                        store.set_confirm_offset(min(confirm_offset, store.max_phy_offset))
+                case TruncateTo(phy_offset=phy_offset, below_confirm=below_confirm):
+                    await self._truncate(phy_offset, below_confirm, writer)
+        return deferred
+
+    async def _truncate(self, phy_offset: int, below_confirm: bool,
+                        writer: asyncio.StreamWriter) -> None:
+        store = self.store
+        old_max = store.max_phy_offset
+        if not store.is_record_boundary(phy_offset):
+            raise HAProtocolError(
+                f"master {self.peer}: consistent point {phy_offset} is not a record boundary"
+            )
+        if below_confirm:
+            log.error("lost_committed: truncating below the local confirm offset "
+                      "phy_offset=%d confirm_offset=%d master=%s", phy_offset,
+                      store.confirm_offset, self.peer)
+        # Durable order: commitlog cut and fsynced, then the epoch file; only then reported.
+        await store.truncate_for_slave(phy_offset)
+        log.info("slave truncated old_max_phy_offset=%d new_max_phy_offset=%d master=%s",
+                 old_max, store.max_phy_offset, self.peer)
+        assert self.protocol is not None
+        await self._carry_out(self.protocol.truncated(phy_offset), writer)

@@ -1,0 +1,150 @@
+"""HAConnection: one slave's connection on the master (AutoSwitchHAConnection), a shell.
+
+A reader coroutine feeds the slave's frames to `MasterConnectionProtocol` and reports acks to
+the service; a writer coroutine sends the handshake reply, then TRANSFER frames straight from
+the commitlog mapping (a memoryview, no copy of the body, for the last file; a copy for older
+files, which retention may delete meanwhile), and heartbeats when idle. Either side
+failing closes the connection (bad input fails alone: one WARNING, the slave reconnects).
+Nothing read for `haHousekeepingInterval` closes it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import TYPE_CHECKING, Final
+
+from ha.errors import HAError
+from ha.frames import SlaveFrameDecoder
+from ha.master_protocol import MasterConnectionProtocol
+
+if TYPE_CHECKING:
+    from ha.service import AutoSwitchHAService
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES: Final = 64 * 1024
+# The writer re-checks for new data at least this often even without a wake-up.
+WRITER_POLL_S: Final = 0.05
+
+
+class HAConnection:
+    """Owned by the service; `run()` until the slave goes or `close()`."""
+
+    def __init__(
+        self,
+        service: AutoSwitchHAService,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
+    ) -> None:
+        self.service = service
+        self.peer = peer
+        self._reader = reader
+        self._writer = writer
+        self.protocol = MasterConnectionProtocol(peer, now_ms=service.clock_ms())
+        self._decoder = SlaveFrameDecoder(peer)
+        self.wakeup = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.transferred_bytes = 0
+
+    async def run(self) -> None:
+        self._task = asyncio.current_task()
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._read_loop(), name=f"ha-read-{self.peer}")
+                group.create_task(self._write_loop(), name=f"ha-write-{self.peer}")
+        except* (HAError, OSError, EOFError) as group_error:
+            for err in group_error.exceptions:
+                log.warning("HA connection closed peer=%s slave_broker_id=%s reason=%s",
+                            self.peer, self.protocol.slave_broker_id, err)
+        finally:
+            self._writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await self._writer.wait_closed()
+            self._closed.set()
+
+    def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def wait_closed(self) -> None:
+        if self._task is not None:
+            await self._closed.wait()
+
+    async def _read_loop(self) -> None:
+        service = self.service
+        housekeeping_s = service.config.ha_housekeeping_interval_ms / 1000
+        while True:
+            try:
+                async with asyncio.timeout(housekeeping_s):
+                    data = await self._reader.read(READ_CHUNK_BYTES)
+            except TimeoutError as err:
+                raise EOFError(f"nothing read for {housekeeping_s:.1f} s") from err
+            if not data:
+                raise EOFError("slave closed the connection")
+            self._decoder.feed(data)
+            while (frame := self._decoder.next_frame()) is not None:
+                acked = self.protocol.receive(frame, replica_ids=service.replica_ids(),
+                                              store=service.store_view())
+                if acked is not None:
+                    service.on_ack(acked, self.protocol.last_master_max_offset)
+            self.wakeup.set()
+
+    async def _write_loop(self) -> None:
+        service = self.service
+        config = service.config
+        store = service.store
+        writer = self._writer
+        while True:
+            view = service.store_view()
+            reply = self.protocol.handshake_reply(view)
+            if reply is not None:
+                writer.write(reply.encode())
+                await writer.drain()
+                self.protocol.wrote(service.clock_ms())
+                continue
+            header = self.protocol.next_transfer(
+                view, now_ms=service.clock_ms(), batch_size=config.ha_transfer_batch_size,
+                heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
+            )
+            if header is None:
+                if self.protocol.slave_broker_id is not None and self.protocol.caught_up(view):
+                    service.caught_up(self.protocol.slave_broker_id)
+                self.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WRITER_POLL_S):
+                        await self.wakeup.wait()
+                continue
+            writer.write(header.encode())
+            if header.body_size:
+                body = store.commitlog.view(header.offset, header.body_size)
+                last = store.commitlog.files.last
+                if last is not None and header.offset < last.file_from_offset:
+                    # An older file may be deleted by retention while the transport still holds
+                    # a view of it (close() would fail): copy. The live tail, in the last file
+                    # (never deleted), goes without a copy.
+                    data = bytes(body)
+                    body.release()
+                    writer.write(data)
+                    await writer.drain()
+                else:
+                    writer.write(body)
+                    await writer.drain()
+                    if writer.transport.get_write_buffer_size() == 0:
+                        with contextlib.suppress(BufferError):
+                            body.release()
+                    # Else the transport may still hold the view; it goes with its last
+                    # reference.
+                del body
+                self.transferred_bytes += header.body_size
+            else:
+                await writer.drain()
+            self.protocol.wrote(service.clock_ms())
