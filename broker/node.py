@@ -286,7 +286,7 @@ class BrokerNode:
             ("rocketmq_consumer_group_number", lambda: float(len(groups))),
             ("rocketmq_producer_connections", lambda: float(clients.producer_connection_count)),
             ("rocketmq_consumer_connections", lambda: float(clients.consumer_connection_count)),
-            ("rocketmq_store_dispatch_skipped", lambda: float(store.dispatch_skipped_total)),
+            ("pyrmq_store_dispatch_skipped", lambda: float(store.dispatch_skipped_total)),
         ):
             metrics.bind_gauge(name, value)
         if self.ha is not None:

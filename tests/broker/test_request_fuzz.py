@@ -438,6 +438,8 @@ async def test_the_issue_12_requests_leave_the_broker_healthy(tmp_path: Path) ->
         refused = await client.invoke(batch)
         assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused.remark
         assert "does not support transaction" in (refused.remark or "")
+        assert node.metrics is not None
+        assert b"\npyrmq_store_dispatch_skipped{" in node.metrics.render()  # the gauge exported
     assert offsets == [0, 0, 1]
     async with running_broker(config) as node, connected(node) as client:
         assert (await client.invoke(normal_send("M2", 0, b"other"))).code == ResponseCode.SUCCESS
