@@ -65,7 +65,8 @@ LATENCY_MAIN: Final = "pyrmq.interop.LatencyBench"
 # runbroker.sh's G1 and full JIT over the harness's quick-start flags (as the throughput bench).
 JAVA_BROKER_HEAP_MB: Final = 1024
 JVM_ARGS: Final = ("-XX:-UseSerialGC", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=4")
-CLIENT_HEAP_MB: Final = 512
+# Room for the client to hold a backlog when a broker falls behind (512 MiB ran out).
+CLIENT_HEAP_MB: Final = 1024
 JAVA_BROKER_CONF: Final[dict[str, str | int | bool]] = {
     "mappedFileSizeCommitLog": COMMITLOG_FILE_BYTES,
     "flushDiskType": "ASYNC_FLUSH",
