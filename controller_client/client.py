@@ -20,12 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from controller_client.errors import ControllerError, ControllerUnavailableError, response_error
+from controller_client.errors import (
+    ControllerError,
+    ControllerMasterStillExistError,
+    ControllerUnavailableError,
+    response_error,
+)
 from controller_client.messages import (
     AlterSyncStateSetRequestHeader,
     AlterSyncStateSetResponseHeader,
     ApplyBrokerIdRequestHeader,
     BrokerHeartbeatRequestHeader,
+    ElectMasterRequestHeader,
+    ElectMasterResponseBody,
+    ElectMasterResponseHeader,
     GetMetaDataResponseHeader,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
@@ -200,6 +208,32 @@ class ControllerClient:
         return await self.register_broker(
             cluster_name, broker_name, identity.broker_id, broker_address
         )
+
+    async def elect_master(
+        self, cluster_name: str, broker_name: str, broker_id: int
+    ) -> tuple[ElectMasterResponseHeader, ElectMasterResponseBody]:
+        """CONTROLLER_ELECT_MASTER for this broker (§4.5); 2011 (the master stays) is not an
+        error: the answer describes the current master either way."""
+        header = ElectMasterRequestHeader(
+            broker_name, broker_id, int(time.time() * 1000), cluster_name=cluster_name
+        )
+        request = RemotingCommand.request(
+            RequestCode.CONTROLLER_ELECT_MASTER, header.to_ext_fields()
+        )
+        leader = self.leader_addr or await self.find_leader()
+        client = await self._client(leader)
+        response = await client.invoke(request, self.request_timeout_ms)
+        if response.code not in (
+            ResponseCode.SUCCESS,
+            ControllerMasterStillExistError.code_expected,
+        ):
+            raise response_error("CONTROLLER_ELECT_MASTER", response.code, response.remark)
+        body = (
+            ElectMasterResponseBody.decode(response.body)
+            if response.body
+            else ElectMasterResponseBody()
+        )
+        return ElectMasterResponseHeader.from_ext_fields(response.ext_fields), body
 
     async def heartbeat(self, header: BrokerHeartbeatRequestHeader) -> list[str]:
         """BROKER_HEARTBEAT oneway to every controller; returns the addresses it failed for."""

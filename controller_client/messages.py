@@ -178,3 +178,46 @@ class NotifyBrokerRoleChangedRequestHeader(CommandHeader):
     master_epoch: Int32 | None = None
     sync_state_set_epoch: Int32 | None = None
     master_broker_id: Int64 | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# CONTROLLER_ELECT_MASTER (1002), what the broker sends when no master is known (§4.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectMasterRequestHeader(CommandHeader):
+    broker_name: str
+    broker_id: Int64
+    invoke_time: Int64
+    cluster_name: str = ""
+    designate_elect: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ElectMasterResponseHeader(CommandHeader):
+    master_broker_id: Int64 | None = None
+    master_address: str | None = None
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElectMasterResponseBody(JSONBody):
+    """`broker_member_group` (present only after a new election) is kept as raw JSON."""
+
+    sync_state_set: frozenset[int] = field(default_factory=frozenset)
+    broker_member_group: JSONValue = None
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        value: dict[str, JSONValue] = {}
+        if self.broker_member_group is not None:
+            value["brokerMemberGroup"] = self.broker_member_group
+        members: list[JSONValue] = [*sorted(self.sync_state_set)]
+        value["syncStateSet"] = members
+        return value
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> ElectMasterResponseBody:
+        obj = _as_object(value, path)
+        ids: tuple[int, ...] = _get(obj, "syncStateSet", path, _tuple_of(_as_int), ())
+        return cls(frozenset(ids), obj.get("brokerMemberGroup"))

@@ -13,6 +13,8 @@ from controller_client.messages import (
     AlterSyncStateSetResponseHeader,
     ApplyBrokerIdRequestHeader,
     BrokerHeartbeatRequestHeader,
+    ElectMasterRequestHeader,
+    ElectMasterResponseBody,
     GetMetaDataResponseHeader,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
@@ -184,3 +186,27 @@ def test_unknown_code_is_a_plain_response_error() -> None:
     error = errors.response_error("X", 1, None)
     assert type(error) is errors.ControllerResponseError
     assert "SYSTEM_ERROR" in str(error)
+
+
+def test_elect_master_body_from_spec() -> None:
+    data = (
+        b'{"brokerMemberGroup":{"brokerAddrs":{1:"127.0.0.1:1",2:"127.0.0.1:2"},'
+        b'"brokerName":"broker-a","cluster":"DefaultCluster"},"syncStateSet":[1]}'
+    )
+    body = ElectMasterResponseBody.decode(data)
+    assert body.sync_state_set == {1}
+    assert isinstance(body.broker_member_group, dict)
+    assert ElectMasterResponseBody.decode(b'{"syncStateSet":[2]}').encode() == (
+        b'{"syncStateSet":[2]}'
+    )
+
+
+def test_elect_master_request_defaults() -> None:
+    header = ElectMasterRequestHeader("broker-a", 1, 5)
+    assert header.to_ext_fields() == {
+        "brokerName": "broker-a",
+        "brokerId": "1",
+        "invokeTime": "5",
+        "clusterName": "",
+        "designateElect": "false",
+    }

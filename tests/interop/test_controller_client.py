@@ -16,7 +16,7 @@ import pytest
 
 from controller_client import errors
 from controller_client.client import ControllerClient
-from controller_client.messages import INT32_MAX, BrokerHeartbeatRequestHeader
+from controller_client.messages import INT32_MAX, BrokerHeartbeatRequestHeader, SyncStateSet
 from store.broker_identity import BROKER_IDENTITY_FILE_NAME, BrokerIdentity, load_broker_identity
 from tests.interop.harness import JavaEnv, _write_properties
 from tests.interop.network import free_port, port_accepts
@@ -100,6 +100,39 @@ async def test_register_heartbeat_replica_info(java_env: JavaEnv, tmp_path: Path
 
         info = await client.get_replica_info(BROKER)
         assert info.header.master_broker_id is None
+
+        # Broker 1 (alive: it heartbeats) is elected; then broker 2, alive too, joins its set.
+        elected, elected_body = await client.elect_master(CLUSTER, BROKER, 1)
+        assert elected.master_broker_id == 1
+        assert elected.master_address == "127.0.0.1:30911"
+        assert elected_body.sync_state_set == {1}
+        info = await client.get_replica_info(BROKER)
+        assert info.header.master_broker_id == 1
+        assert info.header.master_epoch == elected.master_epoch
+        assert info.sync_state_set.sync_state_set == {1}
+        await client.heartbeat(
+            BrokerHeartbeatRequestHeader(
+                CLUSTER, "127.0.0.1:30912", BROKER, 2, -1, 0, 0, 10_000, INT32_MAX
+            )
+        )
+        assert elected.master_epoch is not None
+        new_set = await client.alter_sync_state_set(
+            BROKER,
+            1,
+            elected.master_epoch,
+            SyncStateSet(frozenset({1, 2}), info.sync_state_set.sync_state_set_epoch),
+        )
+        assert new_set == SyncStateSet(
+            frozenset({1, 2}), info.sync_state_set.sync_state_set_epoch + 1
+        )
+        # The same set again: refused (2013, the proposed set equals the current one).
+        with pytest.raises(errors.ControllerAlterSyncStateSetFailedError):
+            await client.alter_sync_state_set(
+                BROKER,
+                1,
+                elected.master_epoch,
+                SyncStateSet(frozenset({1, 2}), info.sync_state_set.sync_state_set_epoch),
+            )
 
         with pytest.raises(errors.ControllerBrokerMetadataNotExistError):
             await client.get_replica_info("no-such-broker")
