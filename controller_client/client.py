@@ -23,6 +23,7 @@ from typing import Final
 from controller_client.errors import (
     ControllerError,
     ControllerMasterStillExistError,
+    ControllerNotLeaderError,
     ControllerUnavailableError,
     response_error,
 )
@@ -47,7 +48,7 @@ from controller_client.messages import (
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.errors import RemotingError
+from remoting.errors import RemotingConnectError, RemotingConnectionClosedError, RemotingError
 from store.broker_identity import (
     BROKER_IDENTITY_FILE_NAME,
     BrokerIdentity,
@@ -119,8 +120,14 @@ class ControllerClient:
         return response
 
     async def _invoke_leader(self, name: str, request: RemotingCommand) -> RemotingCommand:
+        """`request` to the leader; if the one we knew is gone or no longer leads (2007), the
+        leader is looked up again and the request sent once more."""
         leader = self.leader_addr or await self.find_leader()
-        return await self._invoke(leader, name, request)
+        try:
+            return await self._invoke(leader, name, request)
+        except (ControllerNotLeaderError, RemotingConnectError, RemotingConnectionClosedError):
+            self.leader_addr = None
+            return await self._invoke(await self.find_leader(), name, request)
 
     async def find_leader(self) -> str:
         """The leader's remoting address, asked of each controller in turn (§3)."""

@@ -52,8 +52,14 @@ class StandInController:
     ids: dict[str, dict[int, str]] = field(default_factory=dict)
     address: str = ""
     applies: int = 0
+    leader: str | None = None  # another node's address: this one does not lead
 
     async def handle(self, _: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        if self.leader is not None:
+            if request.code == RequestCode.CONTROLLER_GET_METADATA_INFO:
+                meta = GetMetaDataResponseHeader("g", "n1", self.leader, False, "")
+                return request.make_response(0, ext_fields=meta.to_ext_fields())
+            return request.make_response(ResponseCode.CONTROLLER_NOT_LEADER, remark="not leader")
         match request.code:
             case RequestCode.CONTROLLER_GET_METADATA_INFO:
                 meta = GetMetaDataResponseHeader("g", "n0", self.address, True, "")
@@ -205,3 +211,21 @@ def test_decode_role_change() -> None:
         RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.to_ext_fields(), body.encode()
     )
     assert decode_role_change(request) == (header, body)
+
+
+async def test_a_stale_leader_is_looked_up_again(
+    controller: tuple[StandInController, ControllerClient], tmp_path: Path
+) -> None:
+    stand_in, _ = controller
+    follower = StandInController(leader=stand_in.address)
+    server = RemotingServer(follower.handle)
+    await server.start("127.0.0.1", 0)
+    host, port = server.address
+    client = ControllerClient((f"{host}:{port}",))
+    client.leader_addr = f"{host}:{port}"  # it led once; now it answers 2007
+    try:
+        assert (await client.register(tmp_path, CLUSTER, BROKER, ADDR)).broker_id == 1
+        assert client.leader_addr == stand_in.address
+    finally:
+        await client.close()
+        await server.close()
