@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from remoting.bodies import JSONBody, _as_int, _as_object, _get, _tuple_of
+from remoting.bodies import JSONBody, _as_int, _as_long, _as_object, _get, _tuple_of
 from remoting.errors import BodyDecodeError
 from remoting.fastjson import JSONValue
 from remoting.headers import CommandHeader, Int32, Int64
@@ -36,7 +36,7 @@ class SyncStateSet(JSONBody):
     @classmethod
     def from_json_value(cls, value: JSONValue, path: str) -> SyncStateSet:
         obj = _as_object(value, path)
-        ids: tuple[int, ...] = _get(obj, "syncStateSet", path, _tuple_of(_as_int), ())
+        ids: tuple[int, ...] = _get(obj, "syncStateSet", path, _tuple_of(_as_long), ())
         epoch = _get(obj, "syncStateSetEpoch", path, _as_int, 0)
         if not -(2**31) <= epoch < 2**31:
             raise BodyDecodeError(f"{path}.syncStateSetEpoch={epoch} is not an int32")
@@ -219,5 +219,5 @@ class ElectMasterResponseBody(JSONBody):
     @classmethod
     def from_json_value(cls, value: JSONValue, path: str) -> ElectMasterResponseBody:
         obj = _as_object(value, path)
-        ids: tuple[int, ...] = _get(obj, "syncStateSet", path, _tuple_of(_as_int), ())
+        ids: tuple[int, ...] = _get(obj, "syncStateSet", path, _tuple_of(_as_long), ())
         return cls(frozenset(ids), obj.get("brokerMemberGroup"))

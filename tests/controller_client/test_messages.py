@@ -128,9 +128,15 @@ def test_missing_required_field_is_typed() -> None:
         )
 
 
-def test_out_of_range_epoch_is_typed() -> None:
+def test_out_of_range_epoch_is_typed_when_required_and_defaulted_when_optional() -> None:
+    """Java's reflective header decoder: a bad number in a required field fails the request; in
+    an optional one it leaves the default (tests/remoting/test_java_leniency.py)."""
     with pytest.raises(HeaderFieldError, match="masterEpoch"):
-        GetReplicaInfoResponseHeader.from_ext_fields({"masterEpoch": str(2**31)})
+        AlterSyncStateSetRequestHeader.from_ext_fields({
+            "brokerName": "b", "masterBrokerId": "1", "masterEpoch": str(2**31),
+            "invokeTime": "0"})
+    header = GetReplicaInfoResponseHeader.from_ext_fields({"masterEpoch": str(2**31)})
+    assert header.master_epoch is None
 
 
 def test_sync_state_set_golden_json() -> None:
