@@ -48,9 +48,12 @@ from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 
-# PYRMQ_LATENCY_RATES="5000,20000" measures other rates (e.g. what a busy machine holds).
+# PYRMQ_LATENCY_RATES="20000,50000" measures other rates. CI runs 20,000 only: in a quiet
+# clean-clone run on the project's 2-core machine (2026-11-25) the Java 5.5.0 side of the
+# 50,000 run never closed its window (the load generator and broker fell behind), so 50,000 is
+# above the highest rate Java holds here.
 RATES: Final = tuple(
-    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000,50000").split(",")
+    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000").split(",")
 )
 QUEUES: Final = 16
 BODY_BYTES: Final = 1024
