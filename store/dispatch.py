@@ -13,7 +13,7 @@ Invariants:
 - A unit the queue still refuses (`QueueOrderError`: a gap that a rebuild does not close, as in
   stores written before issue 12's fix) is *skipped*, never fatal: the record stays in the
   commitlog unserved, the first skip of each queue is logged at ERROR, every skip is counted
-  (`skipped_total`, the broker's `rocketmq_dispatch_skipped_total`), and dispatch goes on with
+  (`skipped_total`, the broker's gauge `pyrmq_store_dispatch_skipped`), and dispatch goes on with
   the next record, so one bad record never stops the other queues.
 """
 
@@ -43,7 +43,7 @@ class Dispatcher:
     store timestamp (the checkpoint's logicsMsgTimestamp), in recovery the queues to rebuild,
     and the records whose unit was refused (skipped)."""
 
-    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "skipped",
+    __slots__ = ("consume_queues", "delays_ms", "last_store_timestamp", "logged", "skipped",
                  "skipped_total", "to_rebuild")
 
     def __init__(self, consume_queues: ConsumeQueueStore, *, last_store_timestamp: int = 0,
@@ -56,11 +56,13 @@ class Dispatcher:
         # those queues' counters), and in all since the store opened.
         self.skipped: Counter[tuple[str, int]] = Counter()
         self.skipped_total = 0
+        self.logged: set[tuple[str, int]] = set()  # queues whose first skip was logged
 
     def refused(self, topic: str, queue_id: int, err: QueueOrderError, count: int = 1) -> None:
         """Count `count` records of a queue whose units were refused; log the queue's first."""
         key = (topic, queue_id)
-        if key not in self.skipped:
+        if key not in self.logged:
+            self.logged.add(key)
             log.error("record not dispatched, it will not be served: %s; later records of "
                       "topic=%s queue_id=%d refused alike are counted, not logged",
                       err, topic, queue_id)
