@@ -12,7 +12,11 @@ fastjson 1.2.83's `JSON.parseObject(text, Class)` reads, with the value it gives
   `Integer.parseInt`/`Long.parseLong` (the C++ client sends `"subVersion":"1700..."`);
 - boolean properties: true/false; a JSON number is true exactly when its integer part is 1;
   the strings "true"/"false" in any case, "1"/"0", "Y"/"y"/"T" and "F"/"f"/"N";
-- string properties: a string, or a number's or boolean's text;
+- long properties also take an ISO-8601 date or time string (`TypeUtils.castToLong` tries
+  `JSONScanner.scanISO8601DateIfMatch`): epoch milliseconds, in the local time zone unless it
+  names one (`_iso_date_millis` lists the forms);
+- string properties: a string, a number's or boolean's text (a float's as `BigDecimal` prints
+  it), or an object's or array's JSON text;
 - enums by name (ASCII case ignored) or by ordinal (the C++ client sends ordinals); an unknown
   name reads as null;
 - "", "null" or "NULL" for a number, boolean or enum, JSON null, and absent properties (the C++
@@ -20,16 +24,15 @@ fastjson 1.2.83's `JSON.parseObject(text, Class)` reads, with the value it gives
 - unknown properties are ignored.
 Anything else (an ordinal out of range, an unparsable string, an object for a number, a
 missing property Java cannot do without) raises `BodyDecodeError` naming the JSON path and the
-value. Not copied: fastjson's ISO-8601 dates for long properties, floats as string properties,
-and its non-standard syntax beyond unquoted integer keys (single quotes, unquoted names,
-stray commas) are refused.
+value. The JSON syntax fastjson accepts is `remoting.fastjson`'s; RocketMQ 5.5.0 (fastjson2)
+differs in a few rows, which tests/interop/test_java_leniency_oracle.py pins.
 
 Static-topic mapping tables (`topicQueueMapping*`) are carried as raw JSON, unread.
 """
 
 from __future__ import annotations
 
-import math
+import datetime
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,7 +40,14 @@ from enum import Enum, IntEnum
 from typing import Final, Self, TypeVar
 
 from remoting.errors import BodyDecodeError
-from remoting.fastjson import JSONValue, dump_fastjson, java_int, parse_fastjson
+from remoting.fastjson import (
+    JavaDecimal,
+    JSONValue,
+    big_decimal_value,
+    dump_fastjson,
+    java_int,
+    parse_fastjson,
+)
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=IntEnum)
@@ -73,13 +83,18 @@ def _as_list(value: JSONValue, path: str) -> list[JSONValue]:
 
 
 def _as_str(value: JSONValue, path: str) -> str:
-    # StringCodec: a number's literal text; other scalars through toString().
+    # StringCodec: a number's literal text (BigDecimal's for a float); anything else through
+    # toString(), which for a JSONObject/JSONArray is its JSON text.
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, JavaDecimal):
+        return value.java_text
+    if isinstance(value, (dict, list)):
+        return dump_fastjson(value)
     raise _wrong(path, value, "a string")
 
 
@@ -91,12 +106,6 @@ _NULL_TEXTS: Final = frozenset({"", "null", "NULL"})
 _TRAILING_ZEROS: Final = re.compile(r"\.0*$")  # TypeUtils.NUMBER_WITH_TRAILING_ZEROS_PATTERN
 
 
-def _wrap(value: int, bits: int) -> int:
-    """The low `bits` bits as a signed number: BigDecimal.intValue()/longValue() of a float."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
 def _java_number(value: JSONValue, path: str, bits: int) -> int:
     if isinstance(value, bool):
         return 1 if value else 0  # castToInt/castToLong(Boolean)
@@ -104,7 +113,10 @@ def _java_number(value: JSONValue, path: str, bits: int) -> int:
         if -(1 << (bits - 1)) <= value < 1 << (bits - 1):
             return value
     elif isinstance(value, float):
-        return _wrap(math.trunc(value), bits)
+        try:
+            return big_decimal_value(value, bits)
+        except ValueError as err:
+            raise _wrong(path, value, f"a number Java reads ({err})") from err
     elif isinstance(value, str):
         if value in _NULL_TEXTS:
             raise _JavaNull
@@ -112,9 +124,47 @@ def _java_number(value: JSONValue, path: str, bits: int) -> int:
         if bits == 32:
             text = _TRAILING_ZEROS.sub("", text, count=1)
         parsed = java_int(text, bits=bits)
+        if parsed is None and bits == 64:
+            parsed = _iso_date_millis(value)
         if parsed is not None:
             return parsed
     raise _wrong(path, value, "an int32" if bits == 32 else "an int64")
+
+
+# The forms of fastjson 1.2.83's `scanISO8601DateIfMatch` that pyrmq reads (each a row of
+# tests/remoting/test_java_leniency.py, checked against the jar): a date `yyyy-M-d` or
+# `yyyy/M/d`, optionally a time `HH:mm`, `HH:mm:ss` or `HH:mm:ss.S{1,3}` after `T` or a blank
+# (the fraction is read as a number of milliseconds: ".6" is 6 ms, as fastjson reads it), and
+# after a time optionally `Z`, `+HH`, `+HHmm` or `+HH:mm`. A day past the month's end rolls
+# over (a lenient Calendar: Feb 30 is Mar 1). Not read: years before 1583 (Java counts them in
+# the Julian calendar), and the other forms fastjson knows (`yyyy年M月d日`, `yyyyMMddHHmmss`...).
+_ISO_DATE: Final = re.compile(
+    r"([0-9]{4})[-/]([0-9]{1,2})[-/]([0-9]{1,2})"
+    r"(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,3}))?)?"
+    r"(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?)?"
+)
+
+
+def _iso_date_millis(text: str) -> int | None:
+    match = _ISO_DATE.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    if not (int(year) >= 1583 and 1 <= int(month) <= 12 and 1 <= int(day) <= 31
+            and int(hour or 0) <= 23 and int(minute or 0) <= 59 and int(second or 0) <= 59):
+        return None
+    local = datetime.datetime(int(year), int(month), 1, int(hour or 0), int(minute or 0),
+                              int(second or 0)) + datetime.timedelta(days=int(day) - 1)
+    if zone is None:
+        seconds = local.timestamp()  # the local time zone, as Java's default TimeZone
+    else:
+        offset = datetime.timedelta()
+        if zone != "Z":
+            digits = zone[1:].replace(":", "")
+            offset = datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+            offset = -offset if zone[0] == "-" else offset
+        seconds = local.replace(tzinfo=datetime.timezone(offset)).timestamp()
+    return round(seconds) * 1000 + int(fraction or 0)
 
 
 def _as_int(value: JSONValue, path: str) -> int:
@@ -137,7 +187,10 @@ def _as_bool(value: JSONValue, path: str) -> bool:
     if isinstance(value, int):
         return value == 1  # BooleanCodec: an integer literal is true iff it is 1
     if isinstance(value, float):
-        return _wrap(math.trunc(value), 32) == 1  # castToBoolean(BigDecimal)
+        try:
+            return big_decimal_value(value, 32) == 1  # castToBoolean(BigDecimal)
+        except ValueError as err:
+            raise _wrong(path, value, f"a number Java reads ({err})") from err
     if isinstance(value, str):
         if value in _NULL_TEXTS:
             raise _JavaNull

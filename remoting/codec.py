@@ -26,10 +26,13 @@ soon as its first 4 bytes arrive, before any of its body is buffered, and every 
 header is checked against what remains. Anything invalid raises one `RemotingProtocolError`
 subclass naming the peer, the field, the value and the limit; the decoder then stays failed.
 
-Decoding accepts what Java and C++ clients send: JSON numbers and booleans as `extFields` values
-(kept as their decimal / "true" / "false" text), null values (dropped: Java leaves the field
-null), unknown languages (read as OTHER: Java reads them as null and carries on), numeric strings
-for the top-level integers (fastjson converts them). In binary headers a zero-length remark is
+Decoding accepts what Java 5.3.3 (fastjson 1.2.83) accepts: its JSON syntax
+(`remoting.fastjson.loads_lenient`: single quotes, unquoted names, stray commas...), numbers,
+booleans, objects and arrays as `extFields` values (kept as the text fastjson gives them: an
+integer's decimal, a float's BigDecimal text, "true"/"false", an object's JSON), null values
+(dropped: Java leaves the field null), unknown languages (read as OTHER: Java reads them as null
+and carries on), numeric strings and floats for the top-level integers (fastjson converts them,
+a float truncated). In binary headers a zero-length remark is
 None and a zero-length key or value drops its entry, as Java's decoder makes them null.
 """
 
@@ -51,7 +54,15 @@ from remoting.errors import (
     RemotingProtocolError,
     SerializeTypeError,
 )
-from remoting.fastjson import JSONValue, dump_fastjson, java_int, loads_json, parse_fastjson
+from remoting.fastjson import (
+    JavaDecimal,
+    JSONValue,
+    big_decimal_value,
+    dump_fastjson,
+    java_int,
+    loads_lenient,
+    parse_fastjson,
+)
 
 __all__ = [
     "FRAME_BYTES_MAX",
@@ -344,8 +355,16 @@ def _json_int32(fields: Mapping[str, JSONValue], key: str, default: int | None, 
         if default is None:
             raise HeaderDecodeError(f"JSON header from {peer}: required key {key!r} is missing")
         return default
-    # fastjson converts numeric strings into int fields
-    parsed = java_int(value, bits=32) if isinstance(value, str) else value
+    # fastjson converts numeric strings into int fields, and truncates a float (intValue())
+    if isinstance(value, str):
+        parsed: JSONValue = java_int(value, bits=32)
+    elif isinstance(value, float):
+        try:
+            parsed = big_decimal_value(value, 32)
+        except ValueError as err:
+            raise HeaderDecodeError(f"JSON header from {peer}: {key}: {err}") from err
+    else:
+        parsed = value
     if isinstance(parsed, bool) or not isinstance(parsed, int):
         raise HeaderDecodeError(f"JSON header from {peer}: {key}={_shown(value)} is not an int32")
     if not _INT32_MIN <= parsed <= _INT32_MAX:
@@ -391,17 +410,16 @@ def _json_ext_fields(fields: Mapping[str, JSONValue], peer: str) -> dict[str, st
             ext_fields[key] = "true" if item else "false"
         elif isinstance(item, int):
             ext_fields[key] = str(item)  # the C++ client sends some ints as JSON numbers
+        elif isinstance(item, JavaDecimal):
+            ext_fields[key] = item.java_text  # fastjson: the BigDecimal's text
         else:
-            raise HeaderDecodeError(
-                f"JSON header from {peer}: extFields[{key!r}]={_shown(item)} is not a "
-                f"string, integer or boolean"
-            )
+            ext_fields[key] = dump_fastjson(item)  # an object or array: its JSON text
     return ext_fields
 
 
 def _decode_json_header(header: bytes, body: bytes, peer: str) -> RemotingCommand:
     try:
-        fields = loads_json(header.decode("utf-8"))
+        fields = loads_lenient(header.decode("utf-8"))
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError, JSONDecodeError included
         raise HeaderDecodeError(f"JSON header from {peer}: {err}") from err
     if not isinstance(fields, dict):

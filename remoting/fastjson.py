@@ -6,9 +6,19 @@ properties alphabetically, as fastjson does), strings escaped as fastjson escape
 U+2028/U+2029 as `\\uXXXX` with upper-case hex; `/` and every other character raw (UTF-8).
 Lone surrogates, which UTF-8 cannot carry, are escaped the same way.
 
-Reading (`parse_fastjson`): standard JSON, plus fastjson's unquoted integer map keys
-(`{0:"addr",1:"addr"}`), which become string keys ("0") exactly like their quoted form; callers
-convert keys to numbers where the Java map has Long or Integer keys. Work is linear in the input.
+Reading (`parse_fastjson`): standard JSON first (the C decoder: what every client sends); text
+it refuses goes through `_LenientParser`, the syntax fastjson 1.2.83 accepts by default (its
+`AllowSingleQuotes`, `AllowUnQuotedFieldNames`, `AllowArbitraryCommas` features and its lexer):
+single-quoted strings, unquoted names (`{0:"addr"}`, `{topicName:"T"}`), stray commas in
+objects, `/* */` and `//` comments, `\\x41` and `\\v` escapes, number suffixes `L S B F D`, a
+leading `+` or zeros, and `NaN`/`undefined` as null. Keys become strings (callers convert them
+where the Java map has Long or Integer keys). A JSON float is a `JavaDecimal`: a float that
+keeps the text `BigDecimal.toString()` gives it, which fastjson uses when a float reaches a
+string property. Work is linear in the input; nesting is bounded.
+
+RocketMQ 5.5.0 reads bodies and headers with fastjson2, which refuses unquoted names, stray
+commas, comments and `NaN`; pyrmq keeps 1.2.83's rules (tests/interop/test_java_leniency_oracle.py
+pins every difference).
 
 Invariants:
 - `parse_fastjson(dump_fastjson(v)) == v` for every `JSONValue` without floats.
@@ -21,6 +31,7 @@ import json
 import math
 import re
 import unicodedata
+from decimal import Decimal
 from typing import Final, TypeAlias
 
 from remoting.errors import BodyDecodeError
@@ -135,52 +146,246 @@ def _dump_into(value: JSONValue, parts: list[str]) -> None:
         parts.append("}")
 
 
-# A string token, or an unquoted integer key after `{` or `,`. Possessive quantifiers and the
-# end-of-text alternative make every string attempt succeed in one pass, so a hostile body of
-# unterminated strings costs linear time, not quadratic.
-_STRING_OR_NUMERIC_KEY: Final = re.compile(
-    r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|([{,]\s*+)(-?[0-9]++)(\s*+:)', re.DOTALL
-)
+class JavaDecimal(float):
+    """A JSON float literal: a float, plus `java_text`, what `BigDecimal.toString()` prints for
+    it ("1.50" stays "1.50", 1e3 is "1E+3", no negative zero)."""
+
+    java_text: str
+
+    def __new__(cls, literal: str) -> JavaDecimal:
+        number = super().__new__(cls, literal)
+        decimal = Decimal(literal)
+        text = str(decimal.copy_abs() if decimal.is_zero() else decimal)
+        number.java_text = text
+        return number
 
 
-def _quote_numeric_key(match: re.Match[str]) -> str:
-    if match.group(2) is None:
-        return match.group(0)
-    return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
+_BIG_DIGITS_MAX: Final = 4000  # below Python's int-string limit; longer numbers are refused
+
+
+def big_decimal_value(number: float, bits: int) -> int:
+    """`BigDecimal.intValue()` (bits=32) / `longValue()` (64) of a JSON float: its integer part
+    (truncated toward zero), wrapped to `bits` bits. Exact for any exponent (1e400 is 0, as in
+    Java) in time independent of the exponent. Raises ValueError for NaN or infinity (a plain
+    float) and for more than `_BIG_DIGITS_MAX` digits."""
+    text = number.java_text if isinstance(number, JavaDecimal) else repr(number)
+    decimal = Decimal(text)
+    if not decimal.is_finite():
+        raise ValueError(f"{text} is not a number Java reads")
+    sign, digit_tuple, exponent = decimal.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    if len(digit_tuple) > _BIG_DIGITS_MAX:
+        raise ValueError(f"a number of {len(digit_tuple)} digits")
+    digits = "".join(map(str, digit_tuple))
+    modulus = 1 << bits
+    if exponent >= 0:
+        magnitude = int(digits) * pow(10, exponent, modulus)
+    else:
+        kept = len(digits) + exponent
+        magnitude = int(digits[:kept]) if kept > 0 else 0
+    value = (-magnitude if sign else magnitude) % modulus
+    return value - modulus if value >> (bits - 1) else value
 
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-_STANDARD_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_STANDARD_DECODER: Final = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=JavaDecimal
+)
 
 
 def loads_json(text: str) -> JSONValue:
-    """Standard JSON (remoting headers), NaN and Infinity refused. Raises ValueError
-    (JSONDecodeError among others) or RecursionError for input nested too deep."""
+    """Standard JSON, NaN and Infinity refused. Raises ValueError (JSONDecodeError among
+    others) or RecursionError for input nested too deep."""
     value: JSONValue = _STANDARD_DECODER.decode(text)
     return value
 
 
-def parse_fastjson(text: str | bytes) -> JSONValue:
-    """Parse a JSON body as fastjson writes it (UTF-8 when given bytes).
+def loads_lenient(text: str) -> JSONValue:
+    """JSON as fastjson 1.2.83 reads it (the module docstring lists the syntax); raises
+    ValueError naming the position of the first thing it cannot read."""
+    try:
+        return loads_json(text)
+    except ValueError:
+        pass  # JSONDecodeError, or NaN / Infinity (fastjson: NaN is null, Infinity refused)
+    return _LenientParser(text).document()
 
-    Raises BodyDecodeError for invalid UTF-8, invalid JSON, NaN/Infinity, numbers beyond
-    Python's int-string limit, or nesting deeper than the interpreter's recursion limit.
+
+def parse_fastjson(text: str | bytes) -> JSONValue:
+    """Parse a JSON body as fastjson reads it (UTF-8 when given bytes).
+
+    Raises BodyDecodeError for invalid UTF-8, text fastjson refuses, numbers beyond Python's
+    int-string limit, or nesting deeper than `_DEPTH_MAX` / the recursion limit.
     """
     try:
         decoded = text.decode("utf-8") if isinstance(text, bytes) else text
     except UnicodeDecodeError as err:
         raise BodyDecodeError(f"JSON body is not UTF-8: {err}") from err
     try:
-        return loads_json(decoded)
-    except json.JSONDecodeError:
-        pass  # maybe fastjson's unquoted numeric keys: rewrite and try once more below
+        return loads_lenient(decoded)
     except (ValueError, RecursionError) as err:
         raise BodyDecodeError(f"JSON body rejected: {err}") from err
-    rewritten = _STRING_OR_NUMERIC_KEY.sub(_quote_numeric_key, decoded)
-    try:
-        return loads_json(rewritten)
-    except (ValueError, RecursionError) as err:
-        raise BodyDecodeError(f"JSON body rejected: {err}") from err
+
+
+_DEPTH_MAX: Final = 256
+_WHITESPACE: Final = frozenset(" \t\n\r\f\b\v")
+_NAME: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*+|-?[0-9]++")
+_NUMBER: Final = re.compile(
+    r"([+-]?[0-9]++)(\.[0-9]++)?+([eE][+-]?[0-9]++)?+([LSBFD])?+(?![A-Za-z0-9_$.])"
+)
+_PLAIN_RUN: Final = {'"': re.compile(r'[^"\\]++'), "'": re.compile(r"[^'\\]++")}
+_SHORT_ESCAPES: Final = {
+    '"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n",
+    "r": "\r", "t": "\t", "v": "\v", "0": "\0",
+}
+_NULL_WORDS: Final = {"null": None, "NaN": None, "undefined": None, "true": True,
+                      "false": False}
+_WORD: Final = re.compile(r"[A-Za-z]++")
+
+
+class _LenientParser:
+    """One pass over `text`; every method starts at `self.at` and leaves it after what it read."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+
+    def fail(self, what: str) -> ValueError:
+        shown = self.text[self.at : self.at + 16]
+        return ValueError(f"{what} at char {self.at} ({shown!r})")
+
+    def skip(self) -> None:
+        """Whitespace and comments."""
+        text, at = self.text, self.at
+        while at < len(text):
+            if text[at] in _WHITESPACE:
+                at += 1
+            elif text.startswith("/*", at):
+                end = text.find("*/", at + 2)
+                if end < 0:
+                    self.at = at
+                    raise self.fail("unterminated comment")
+                at = end + 2
+            elif text.startswith("//", at):
+                end = text.find("\n", at + 2)
+                at = len(text) if end < 0 else end + 1
+            else:
+                break
+        self.at = at
+
+    def peek(self) -> str:
+        self.skip()
+        return self.text[self.at] if self.at < len(self.text) else ""
+
+    def document(self) -> JSONValue:
+        value = self.value(0)
+        if self.peek():
+            raise self.fail("text after the JSON value")
+        return value
+
+    def value(self, depth: int) -> JSONValue:
+        if depth > _DEPTH_MAX:
+            raise self.fail(f"nesting deeper than {_DEPTH_MAX}")
+        char = self.peek()
+        if char == "{":
+            return self.object(depth + 1)
+        if char == "[":
+            return self.array(depth + 1)
+        if char and char in "\"'":
+            return self.string()
+        number = _NUMBER.match(self.text, self.at)
+        if number is not None:
+            self.at = number.end()
+            whole, fraction, exponent, suffix = number.groups()
+            if fraction is None and exponent is None and suffix not in ("F", "D"):
+                return int(whole)
+            return JavaDecimal(whole + (fraction or "") + (exponent or ""))
+        word = _WORD.match(self.text, self.at)
+        if word is not None and word.group() in _NULL_WORDS:
+            self.at = word.end()
+            return _NULL_WORDS[word.group()]
+        raise self.fail("no JSON value")
+
+    def object(self, depth: int) -> dict[str, JSONValue]:
+        self.at += 1  # "{"
+        result: dict[str, JSONValue] = {}
+        while True:
+            char = self.peek()
+            if char == ",":
+                self.at += 1  # AllowArbitraryCommas
+                continue
+            if char == "}":
+                self.at += 1
+                return result
+            if char and char in "\"'":
+                key = self.string()
+            else:
+                name = _NAME.match(self.text, self.at)
+                if name is None:
+                    raise self.fail("no property name")
+                self.at = name.end()
+                key = name.group()
+            if self.peek() != ":":
+                raise self.fail("no ':' after a property name")
+            self.at += 1
+            result[key] = self.value(depth)
+            if self.peek() not in (",", "}"):
+                raise self.fail("no ',' or '}' after a property")
+
+    def array(self, depth: int) -> list[JSONValue]:
+        self.at += 1  # "["
+        result: list[JSONValue] = []
+        if self.peek() == "]":
+            self.at += 1
+            return result
+        while True:
+            result.append(self.value(depth))
+            char = self.peek()
+            self.at += 1
+            if char == "]":
+                return result
+            if char != ",":
+                self.at -= 1
+                raise self.fail("no ',' or ']' in an array")
+            if self.peek() == "]":
+                self.at += 1  # a trailing comma
+                return result
+
+    def string(self) -> str:
+        text = self.text
+        quote = text[self.at]
+        plain = _PLAIN_RUN[quote]
+        self.at += 1
+        parts: list[str] = []
+        surrogates = False
+        while True:
+            run = plain.match(text, self.at)
+            if run is not None:
+                parts.append(run.group())
+                self.at = run.end()
+            if self.at >= len(text):
+                raise self.fail("unterminated string")
+            char = text[self.at]
+            if char == quote:
+                self.at += 1
+                if surrogates:  # \\uD83D\\uDE00 is one character, as in Java's UTF-16
+                    utf16 = "".join(parts).encode("utf-16-le", "surrogatepass")
+                    return utf16.decode("utf-16-le", "surrogatepass")
+                return "".join(parts)
+            escape = text[self.at + 1 : self.at + 2]  # char is a backslash
+            if escape in _SHORT_ESCAPES:
+                parts.append(_SHORT_ESCAPES[escape])
+                self.at += 2
+            elif escape in ("x", "u"):
+                width = 2 if escape == "x" else 4
+                digits = text[self.at + 2 : self.at + 2 + width]
+                if len(digits) != width or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                    raise self.fail(f"bad \\{escape} escape")
+                code = int(digits, 16)
+                surrogates = surrogates or 0xD800 <= code < 0xE000
+                parts.append(chr(code))
+                self.at += 2 + width
+            else:
+                raise self.fail("unknown escape")

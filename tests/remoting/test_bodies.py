@@ -168,7 +168,8 @@ def test_cpp_heartbeat_with_ordinals_string_numbers_and_omissions_decodes() -> N
 @pytest.mark.parametrize(
     ("body", "path"),
     [
-        pytest.param(b'{"clientID":{}}', "HeartbeatData.clientID={} is not a string", id="type"),
+        pytest.param(b'{"clientID":"c","consumerDataSet":{}}',
+                     "HeartbeatData.consumerDataSet={} is not an array", id="type"),
         pytest.param(b"{}", "HeartbeatData.clientID is required", id="missing"),
         pytest.param(
             b'{"clientID":"c","consumerDataSet":[{"groupName":"G","consumeType":7}]}',

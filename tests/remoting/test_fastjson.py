@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from remoting.errors import BodyDecodeError
 from remoting.fastjson import (
+    JavaDecimal,
     JSONValue,
     _dump_into,
+    _LenientParser,
     dump_fastjson,
     java_int,
     parse_fastjson,
@@ -84,12 +86,59 @@ def test_parse_accepts_unquoted_numeric_keys(text: str, value: JSONValue) -> Non
     assert parse_fastjson(text) == value
 
 
+@given(value=JSON_VALUES)
+def test_lenient_parser_reads_standard_json_as_the_standard_decoder_does(value: JSONValue) -> None:
+    for text in (json.dumps(value), json.dumps(value, indent=1, ensure_ascii=True)):
+        assert _LenientParser(text).document() == value
+
+
+# Each row: text fastjson 1.2.83 reads (checked against the real jars for the same forms by
+# tests/interop/test_java_leniency_oracle.py), and the value it gives.
+LENIENT_SYNTAX = [
+    pytest.param("{'a':'it\\'s \"q\"'}", {"a": 'it\'s "q"'}, id="single-quotes"),
+    pytest.param('{a:1,$b_2:2,-3:3}', {"a": 1, "$b_2": 2, "-3": 3}, id="unquoted-names"),
+    pytest.param('{,"a":1,,"b":2,}', {"a": 1, "b": 2}, id="stray-commas-in-objects"),
+    pytest.param('[1,2,]', [1, 2], id="trailing-comma-in-arrays"),
+    pytest.param('/*x*/{"a"/*y*/:1}//z', {"a": 1}, id="comments"),
+    pytest.param('"\\x41\\v\\0\\u00e9\\/"', "A\x0b\x00é/", id="escapes"),
+    pytest.param('[8L,8S,8B,+8,08,-0]', [8, 8, 8, 8, 8, 0], id="integer-forms"),
+    pytest.param('{"a":NaN,"b":undefined}', {"a": None, "b": None}, id="nan-undefined-null"),
+    pytest.param('{"a":"1","a":"2"}', {"a": "2"}, id="duplicate-key-last-wins"),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), LENIENT_SYNTAX)
+def test_parse_accepts_the_syntax_fastjson_accepts(text: str, value: JSONValue) -> None:
+    assert parse_fastjson(text) == value
+
+
+@pytest.mark.parametrize(
+    ("literal", "java_text"),
+    [("1.50", "1.50"), ("1e3", "1E+3"), ("-0.0", "0.0"), ("8.5F", "8.5"), ("1.5e-10", "1.5E-10"),
+     ("-2.25", "-2.25")],
+)
+def test_floats_keep_the_text_bigdecimal_gives_them(literal: str, java_text: str) -> None:
+    value = parse_fastjson(f'{{"x":{literal}}}')
+    assert isinstance(value, dict)
+    number = value["x"]
+    assert isinstance(number, JavaDecimal)
+    assert number.java_text == java_text
+    assert number == float(literal.rstrip("FD"))
+
+
 @pytest.mark.parametrize(
     "data",
     [
         pytest.param(b"\xff", id="not-utf8"),
-        pytest.param(b"{a:1}", id="unquoted-word-key"),
-        pytest.param(b'{"a":NaN}', id="nan"),
+        pytest.param(b"{a b:1}", id="name-with-a-blank"),
+        pytest.param(b'{"a":Infinity}', id="infinity"),
+        pytest.param(b'{"a":.5}', id="no-leading-digit"),
+        pytest.param(b'{"a":"\\q"}', id="unknown-escape"),
+        pytest.param(b'{"a":"\\x4"}', id="short-hex-escape"),
+        pytest.param(b"[1,,2]", id="stray-comma-in-array"),
+        pytest.param(b'{"a":1} x', id="text-after-the-value"),
+        pytest.param(b"{/* open", id="unterminated-comment"),
+        pytest.param(b"[" * 300 + b"x", id="lenient-nesting-bound"),
         pytest.param(b"[" * 50_000, id="deep-nesting"),
         pytest.param(b"1" * 5000, id="huge-number"),
         pytest.param(b'{"a":"unterminated', id="unterminated"),

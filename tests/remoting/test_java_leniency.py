@@ -17,12 +17,14 @@ connection stays open).
 
 from __future__ import annotations
 
+import datetime
 from typing import Final
 
 import pytest
 
 from remoting.bodies import ConsumerData, ConsumeType, DataVersion, TopicConfig
-from remoting.errors import BodyDecodeError, HeaderFieldError
+from remoting.codec import FrameDecoder
+from remoting.errors import BodyDecodeError, HeaderDecodeError, HeaderFieldError
 from remoting.headers import (
     GetMaxOffsetRequestHeader,
     PullMessageRequestHeader,
@@ -154,6 +156,15 @@ def counter(json_value: str) -> object:
     return DataVersion.decode(f'{{"counter":{json_value}}}').counter
 
 
+def topic_name_document(text: str) -> object:
+    return TopicConfig.decode(text).topic_name
+
+
+def local_ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    """Epoch ms of a wall-clock time in the local zone (Java: the JVM's default TimeZone)."""
+    return round(datetime.datetime(year, month, day, hour, minute).timestamp()) * 1000
+
+
 def consume_type(json_value: str) -> object:
     return ConsumerData.decode(f'{{"groupName":"G","consumeType":{json_value}}}').consume_type
 
@@ -203,6 +214,47 @@ BODY_RULES: Final = [
     (consume_type, '""', None, "an empty name is null"),
     (consume_type, "3", REFUSED, "an ordinal out of range: JSONException"),
     (consume_type, "-1", REFUSED, "a negative ordinal: JSONException"),
+    # castToLong reads an ISO-8601 date or time (JSONScanner.scanISO8601DateIfMatch)
+    (counter, '"2024-01-02T03:04:05.678Z"', 1704164645678, "castToLong: an ISO time in UTC"),
+    (counter, '"2024-01-02T03:04:05+08:00"', 1704135845000, "castToLong: an ISO time, +HH:mm"),
+    (counter, '"2024-01-02T03:04:05-0330"', 1704177245000, "castToLong: an ISO time, -HHmm"),
+    (counter, '"2024-01-02T03:04:05+08"', 1704135845000, "castToLong: an ISO time, +HH"),
+    (counter, '"2024-01-02 03:04:05.6"', local_ms(2024, 1, 2, 3, 4) + 5006,
+     "castToLong: local time; the fraction is a number of milliseconds"),
+    (counter, '"2024-01-02T03:04"', local_ms(2024, 1, 2, 3, 4), "castToLong: no seconds"),
+    (counter, '"2024/01/02"', local_ms(2024, 1, 2), "castToLong: a date, local midnight"),
+    (counter, '"2024-1-2"', local_ms(2024, 1, 2), "castToLong: one-digit month and day"),
+    (counter, '"2024-02-30"', local_ms(2024, 3, 1), "castToLong: a lenient Calendar rolls over"),
+    (counter, '"2024-13-02"', REFUSED, "castToLong: month 13 is not a date"),
+    (counter, '"2024-01-02T25:04:05"', REFUSED, "castToLong: hour 25 is not a time"),
+    (counter, '"2024-01-02Z"', REFUSED, "castToLong: a zone needs a time"),
+    (counter, '"2024-01-02T03:04:05.6789"', REFUSED, "castToLong: at most 3 fraction digits"),
+    (counter, '"20240102"', 20240102, "castToLong: digits are a number, not a date"),
+    (read_queue_nums, '"2024-01-02"', REFUSED, "castToInt reads no dates"),
+    # number literals (JSONLexer)
+    (read_queue_nums, "8L", 8, "a long suffix"),
+    (read_queue_nums, "8.5F", 8, "a float suffix"),
+    (read_queue_nums, "+8", 8, "a leading +"),
+    (read_queue_nums, "08", 8, "leading zeros"),
+    (read_queue_nums, "1e1", 10, "an exponent: BigDecimal.intValue()"),
+    (read_queue_nums, ".5", REFUSED, "a fraction needs a leading digit"),
+    (read_queue_nums, "NaN", 16, "NaN reads as null: the default stays"),
+    (read_queue_nums, "undefined", 16, "undefined reads as null"),
+    # StringCodec for a float, object or array
+    (topic_name, "1.50", "1.50", "a float's BigDecimal text keeps its scale"),
+    (topic_name, "1e3", "1E+3", "BigDecimal.toString(): scientific for a negative scale"),
+    (topic_name, "-0.0", "0.0", "BigDecimal has no negative zero"),
+    (topic_name, '{"a":1}', '{"a":1}', "a JSONObject's toString() is its JSON text"),
+    (topic_name, '[1,"x"]', '[1,"x"]', "a JSONArray's toString() is its JSON text"),
+    # the syntax fastjson 1.2.83 reads by default (remoting.fastjson._LenientParser)
+    (topic_name_document, "{'topicName':'it\\'s'}", "it's", "AllowSingleQuotes"),
+    (topic_name_document, '{topicName:"T"}', "T", "AllowUnQuotedFieldNames"),
+    (topic_name_document, '{,"topicName":"T",,"order":true,}', "T", "AllowArbitraryCommas"),
+    (topic_name_document, '{"topicName":"T"/*c*/}', "T", "comments are whitespace"),
+    (topic_name_document, '{"topicName":"\\x41\\u0042"}', "AB", "\\x escapes"),
+    (topic_name_document, '{"topicName":"a\\qb"}', REFUSED, "an unknown escape"),
+    (topic_name_document, '{"topicName":"T"} x', REFUSED, "text after the object"),
+    (topic_name_document, '[{"topicName":"T"}]', REFUSED, "an array for an object"),
 ]
 
 
@@ -225,3 +277,57 @@ def test_body_property_decodes_as_fastjson_does(
 def test_unknown_body_properties_are_ignored_and_missing_ones_take_java_defaults() -> None:
     config = TopicConfig.decode('{"topicName":"T","someFutureField":{"x":[1,2]}}')
     assert config == TopicConfig(topic_name="T")  # readQueueNums 16, perm 6, order false
+
+
+# -- the JSON header itself -------------------------------------------------------------------
+
+
+def command_field(header_json: str, key: str) -> object:
+    """The extFields value `key` of a frame with this JSON header, as pyrmq decodes it."""
+    header = header_json.encode("utf-8")
+    frame = (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    decoder = FrameDecoder(peer="test")
+    decoder.feed(frame)
+    command = decoder.next_command()
+    assert command is not None
+    return command.ext_fields.get(key)
+
+
+COMMAND_RULES: Final = [
+    # (JSON header, extFields key, value or REFUSED, the fastjson behaviour copied)
+    ('{"code":10,"extFields":{"queueId":1.50}}', "queueId", "1.50", "a float's BigDecimal text"),
+    ('{"code":10,"extFields":{"queueId":1e3}}', "queueId", "1E+3", "BigDecimal.toString()"),
+    ('{"code":10,"extFields":{"queueId":-0.0}}', "queueId", "0.0", "no negative zero"),
+    ('{"code":10,"extFields":{"queueId":1.5F}}', "queueId", "1.5", "a float suffix"),
+    ('{"code":10,"extFields":{"queueId":7L}}', "queueId", "7", "a long suffix"),
+    ('{"code":10,"extFields":{"queueId":{"a":1}}}', "queueId", '{"a":1}', "an object's JSON"),
+    ('{"code":10,"extFields":{"queueId":[1,"x"]}}', "queueId", '[1,"x"]', "an array's JSON"),
+    ('{"code":10,"extFields":{"queueId":true}}', "queueId", "true", "Boolean.toString()"),
+    ('{"code":10,"extFields":{"queueId":null}}', "queueId", None, "null: absent"),
+    ('{"code":10,"extFields":{"queueId":12345678901234567890}}', "queueId",
+     "12345678901234567890", "a BigInteger's text"),
+    ("{'code':10,'extFields':{'queueId':'3'}}", "queueId", "3", "AllowSingleQuotes"),
+    ("{code:10,extFields:{queueId:'3'},/*x*/}", "queueId", "3",
+     "AllowUnQuotedFieldNames, stray commas, comments"),
+    ('{"code":"10","extFields":{"queueId":"3"}}', "queueId", "3", "castToInt of the code"),
+    ('{"code":10.7,"extFields":{"queueId":"3"}}', "queueId", "3", "a float code truncated"),
+    ('{"code":10,"extFields":{"queueId":"3","queueId":"4"}}', "queueId", "4", "the last wins"),
+    ('{"code":10,"extFields":{"queueId":"3"}}garbage', "queueId", REFUSED, "text after it"),
+    ('{"code":10,"opaque":"2024-01-02","extFields":{"queueId":"3"}}', "queueId", REFUSED,
+     "castToInt reads no dates"),
+]
+
+
+@pytest.mark.parametrize(
+    ("header_json", "key", "expected", "java"),
+    COMMAND_RULES,
+    ids=[row[0] for row in COMMAND_RULES],
+)
+def test_json_header_decodes_as_fastjson_does(
+    header_json: str, key: str, expected: object, java: str
+) -> None:
+    if expected == REFUSED:
+        with pytest.raises(HeaderDecodeError):
+            command_field(header_json, key)
+    else:
+        assert command_field(header_json, key) == expected, java
