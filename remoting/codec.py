@@ -425,7 +425,13 @@ def _decode_json_header(header: bytes, body: bytes, peer: str) -> RemotingComman
     if not isinstance(fields, dict):
         raise HeaderDecodeError(f"JSON header from {peer}: {_shown(fields)} is not an object")
     remark = fields.get("remark")
-    if remark is not None and not isinstance(remark, str):
+    if isinstance(remark, JavaDecimal):
+        remark = remark.java_text  # StringCodec: a number's or boolean's text
+    elif isinstance(remark, bool):
+        remark = "true" if remark else "false"
+    elif isinstance(remark, int):
+        remark = str(remark)
+    elif remark is not None and not isinstance(remark, str):
         raise HeaderDecodeError(f"JSON header from {peer}: remark={_shown(remark)} is not a string")
     return RemotingCommand(
         code=_json_int32(fields, "code", None, peer),

@@ -164,10 +164,11 @@ _BIG_DIGITS_MAX: Final = 4000  # below Python's int-string limit; longer numbers
 
 
 def big_decimal_value(number: float, bits: int) -> int:
-    """`BigDecimal.intValue()` (bits=32) / `longValue()` (64) of a JSON float: its integer part
-    (truncated toward zero), wrapped to `bits` bits. Exact for any exponent (1e400 is 0, as in
-    Java) in time independent of the exponent. Raises ValueError for NaN or infinity (a plain
-    float) and for more than `_BIG_DIGITS_MAX` digits."""
+    """fastjson's `TypeUtils.intValue` / `longValue` of a JSON float (bits 32 / 64): for a
+    scale within -100..100 `BigDecimal.intValue()`, the integer part (truncated toward zero)
+    wrapped to `bits` bits, computed in time independent of the exponent; for a larger scale
+    `intValueExact()`, so only an integral value in range is read. Raises ValueError where
+    Java throws, for NaN or infinity (a plain float), and beyond `_BIG_DIGITS_MAX` digits."""
     text = number.java_text if isinstance(number, JavaDecimal) else repr(number)
     decimal = Decimal(text)
     if not decimal.is_finite():
@@ -178,6 +179,11 @@ def big_decimal_value(number: float, bits: int) -> int:
         raise ValueError(f"a number of {len(digit_tuple)} digits")
     digits = "".join(map(str, digit_tuple))
     modulus = 1 << bits
+    if not -_SCALE_WRAPPED_MAX <= exponent <= _SCALE_WRAPPED_MAX:
+        exact = _exact_integer(int(digits), exponent, bits)
+        if exact is None:
+            raise ValueError(f"{text} is not an exact int{bits} (scale {-exponent})")
+        return -exact if sign else exact
     if exponent >= 0:
         magnitude = int(digits) * pow(10, exponent, modulus)
     else:
@@ -185,6 +191,21 @@ def big_decimal_value(number: float, bits: int) -> int:
         magnitude = int(digits[:kept]) if kept > 0 else 0
     value = (-magnitude if sign else magnitude) % modulus
     return value - modulus if value >> (bits - 1) else value
+
+
+_SCALE_WRAPPED_MAX: Final = 100  # TypeUtils: beyond this scale, intValueExact()/longValueExact()
+
+
+def _exact_integer(unscaled: int, exponent: int, bits: int) -> int | None:
+    """unscaled * 10**exponent if it is an integer below 2**(bits-1) (the sign aside)."""
+    if unscaled == 0:
+        return 0
+    if exponent > 0:
+        return None  # at least 10**101: beyond every long
+    if len(str(unscaled)) <= -exponent:
+        return None  # a fraction (unscaled < 10**-exponent)
+    whole, fraction = divmod(unscaled, 10**-exponent)
+    return whole if fraction == 0 and whole < 1 << (bits - 1) else None
 
 
 def _reject_constant(name: str) -> None:

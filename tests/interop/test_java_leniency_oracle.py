@@ -105,6 +105,12 @@ FASTJSON2_ANSWERS: Final = {
     ("read_queue_nums", "NaN"): "REFUSED",
     ("read_queue_nums", "undefined"): "REFUSED",
     ("topic_name", "1e3"): "1000.0",
+    ("read_queue_nums", "1e50"): "2147483647",  # fastjson2 saturates instead of wrapping
+    ("read_queue_nums", "1e400"): "2147483647",
+    ("read_queue_nums", "1e-400"): "0",
+    ("counter", "1e50"): "9223372036854775807",
+    ("counter", "1e100"): "9223372036854775807",
+    ("counter", "1e101"): "9223372036854775807",
     ("topic_name_document", '{topicName:"T"}'): "REFUSED",
     ("topic_name_document", '{,"topicName":"T",,"order":true,}'): "REFUSED",
     ("topic_name_document", '{"topicName":"T"/*c*/}'): "REFUSED",
@@ -113,6 +119,7 @@ FASTJSON2_ANSWERS: Final = {
 # JSON header text -> what RocketMQ 5.5.0 (fastjson2) puts in that extFields value instead.
 FASTJSON2_COMMAND_ANSWERS: Final = {
     '{"code":10,"extFields":{"queueId":1e3}}': "1000.0",
+    '{"code":1e400,"extFields":{"queueId":"3"}}': "3",
     "{code:10,extFields:{queueId:'3'},/*x*/}": "REFUSED",
 }
 

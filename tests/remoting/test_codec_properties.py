@@ -185,7 +185,7 @@ def binary_header(remark_length: int, rest: bytes) -> bytes:
         pytest.param(json_frame(b'{"code":2147483648}'), id="json-code-above-int32"),
         pytest.param(json_frame(b'{"code":NaN}'), id="json-nan"),
         pytest.param(json_frame(b'{"code":1,"extFields":[]}'), id="json-extfields-not-a-map"),
-        pytest.param(json_frame(b'{"code":1,"remark":5}'), id="json-remark-number"),
+        pytest.param(json_frame(b'{"code":1,"remark":{}}'), id="json-remark-object"),
         pytest.param(json_frame(b'{"code":1,"language":[]}'), id="json-language-array"),
         pytest.param(json_frame(b"[1,2]"), id="json-not-an-object"),
         pytest.param(json_frame(b""), id="json-empty-header"),
