@@ -140,21 +140,28 @@ class ConfigFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_replace(self.path, data, keep_bak=True)
 
-    def _dump_and_write(self, value: PrettyValue) -> None:
-        self.write_blocking(dump_pretty(value).encode("utf-8"))
+    def _encode_dump_and_write(self, encode: Callable[[], PrettyValue]) -> None:
+        self.write_blocking(dump_pretty(encode()).encode("utf-8"))
 
     async def persist(self, encode: Callable[[], PrettyValue]) -> None:
-        """Snapshot now (on the loop), dump and write in a worker thread; one write at a time.
+        """Encode now (on the loop: `encode` returns fresh containers with immutable leaves),
+        dump and write in a worker thread; one write at a time."""
+        value = encode()
+        await self.persist_snapshot(lambda: lambda: value)
+
+    async def persist_snapshot(self, snapshot: Callable[[], Callable[[], PrettyValue]]) -> None:
+        """Take `snapshot()` now, on the loop; run the encoder it returns, the dump and the write
+        in a worker thread (they grow with the table: consumer offsets are groups x queues).
+        One write at a time.
 
         Cancelling the caller does not cut the write short: the lock is held until the worker
         thread has finished, so two writes of this file never run at once.
         """
         async with self._lock:
-            # The snapshot is taken on the loop (fresh containers, immutable leaves); turning
-            # it into text grows with the table (consumer offsets: groups x queues), so that
-            # runs in the worker thread with the write.
-            value = encode()
-            write = asyncio.get_running_loop().run_in_executor(None, self._dump_and_write, value)
+            encode = snapshot()
+            write = asyncio.get_running_loop().run_in_executor(
+                None, self._encode_dump_and_write, encode
+            )
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:

@@ -63,6 +63,33 @@ def _read_file(value: JSONValue, path: str) -> tuple[dict[str, dict[int, int]], 
     return table, version
 
 
+def _group_topic_map(table: Mapping[str, Mapping[int, int]]) -> dict[str, list[str]]:
+    result: dict[str, list[str]] = {}
+    for key in table:
+        parts = key.split(TOPIC_GROUP_SEPARATOR)
+        if len(parts) == 2:
+            topic, group = parts
+            topics = result.setdefault(group, [])
+            if topic not in topics:
+                topics.append(topic)
+    return result
+
+
+def _encode_file(table: Mapping[str, Mapping[int, int]], version: DataVersion) -> PrettyValue:
+    group_topics: dict[str, PrettyValue] = {
+        group: list[PrettyValue](topics) for group, topics in _group_topic_map(table).items()
+    }
+    offsets: dict[str, PrettyValue] = {
+        key: IntKeyMap(dict(queues)) for key, queues in table.items()
+    }
+    value: dict[str, PrettyValue] = {
+        "dataVersion": version.to_json_value(),
+        "groupTopicMap": group_topics,
+        "offsetTable": offsets,
+    }
+    return value
+
+
 class ConsumerOffsetManager:
     """The committed offsets of one broker and their file."""
 
@@ -96,13 +123,18 @@ class ConsumerOffsetManager:
         return self._offset_table
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Remember `offset` as the group's committed offset of the queue (memory only)."""
+        """Remember `offset` as the group's committed offset of the queue (memory only).
+
+        Copy on write: a key's queue map is replaced, never changed, so a snapshot is a shallow
+        copy of the outer map (`persist` encodes it in a worker thread while commits go on).
+        """
         key = offset_key(topic, group)
-        queues = self._offset_table.setdefault(key, {})
-        previous = queues.get(queue_id)
-        queues[queue_id] = offset
-        if previous != offset:
-            self._dirty = True
+        queues = self._offset_table.get(key)
+        previous = None if queues is None else queues.get(queue_id)
+        if previous == offset:
+            return
+        self._offset_table[key] = {**queues, queue_id: offset} if queues else {queue_id: offset}
+        self._dirty = True
         if previous is not None and offset < previous:
             log.debug("consumer offset moved back key=%s queue_id=%d old=%d new=%d", key,
                       queue_id, previous, offset)
@@ -114,30 +146,17 @@ class ConsumerOffsetManager:
 
     def group_topic_map(self) -> dict[str, list[str]]:
         """Java's `getGroupTopicMap()` (written to the file as `groupTopicMap`)."""
-        result: dict[str, list[str]] = {}
-        for key in self._offset_table:
-            parts = key.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) == 2:
-                topic, group = parts
-                topics = result.setdefault(group, [])
-                if topic not in topics:
-                    topics.append(topic)
-        return result
+        return _group_topic_map(self._offset_table)
 
     def encode(self) -> PrettyValue:
         """`consumerOffset.json`: dataVersion, groupTopicMap, offsetTable."""
-        group_topics: dict[str, PrettyValue] = {
-            group: list[PrettyValue](topics) for group, topics in self.group_topic_map().items()
-        }
-        offsets: dict[str, PrettyValue] = {
-            key: IntKeyMap(dict(queues)) for key, queues in self._offset_table.items()
-        }
-        value: dict[str, PrettyValue] = {
-            "dataVersion": self.data_version.to_json_value(),
-            "groupTopicMap": group_topics,
-            "offsetTable": offsets,
-        }
-        return value
+        return _encode_file(self._offset_table, self.data_version)
+
+    def snapshot(self) -> Callable[[], PrettyValue]:
+        """The table as it is now, to encode later in any thread: a shallow copy on the loop
+        (O(keys) at C speed), the encoding (O(keys x queues) in Python) left for later."""
+        table, version = dict(self._offset_table), self.data_version
+        return lambda: _encode_file(table, version)
 
     def encode_json_value(self) -> JSONValue:
         """The table as GET_ALL_CONSUMER_OFFSET's body value (quoted integer keys)."""
@@ -158,7 +177,7 @@ class ConsumerOffsetManager:
                 counter=version.counter + 1,
             )
         self._dirty = False
-        await self._file.persist(self.encode)
+        await self._file.persist_snapshot(self.snapshot)
 
     async def run(self) -> None:
         """Persist every `flush_interval_ms` when offsets changed, until cancelled."""

@@ -211,3 +211,34 @@ async def test_concurrent_persists_leave_the_last_state(tmp_path: Path) -> None:
     again = ConsumerOffsetManager(ConfigFile(path), flush_interval_ms=5000, wall_ms=wall_ms)
     again.load()
     assert again.query_offset("g", "t", 0) == 9
+
+
+async def test_a_persist_writes_its_snapshot_while_commits_go_on(tmp_path: Path) -> None:
+    # The encoding and the write run in a worker thread (they grow with groups x queues);
+    # commits made on the loop meanwhile change neither what that write holds nor the table's
+    # consistency, and the next persist writes them.
+    path = tmp_path / "consumerOffset.json"
+    offsets = ConsumerOffsetManager(ConfigFile(path), flush_interval_ms=5000, wall_ms=wall_ms)
+    for group in range(2000):
+        for queue_id in range(8):
+            offsets.commit_offset(f"g{group}", "t", queue_id, 1)
+    encode = offsets.snapshot()
+    for group in range(2000):
+        offsets.commit_offset(f"g{group}", "t", 3, 2)  # after the snapshot
+    written = encode()
+    assert isinstance(written, dict)
+    table = written["offsetTable"]
+    assert isinstance(table, dict)
+    assert len(table) == 2000
+    assert all(isinstance(queues, IntKeyMap) and queues.entries == dict.fromkeys(range(8), 1)
+               for queues in table.values())
+
+    persist = asyncio.create_task(offsets.persist())
+    offsets.commit_offset("late", "t", 0, 7)  # runs while the worker thread writes
+    await persist
+    await offsets.persist()
+    again = ConsumerOffsetManager(ConfigFile(path), flush_interval_ms=5000, wall_ms=wall_ms)
+    again.load()
+    assert again.query_offset("g5", "t", 3) == 2
+    assert again.query_offset("g5", "t", 4) == 1
+    assert again.query_offset("late", "t", 0) == 7
