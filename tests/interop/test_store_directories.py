@@ -7,6 +7,10 @@
   checkpoint's sixth field (logicsPhysicalOffset) is what pyrmq reads, and a 5.3.3 checkpoint
   (five fields) loads too; batch records with (5.3.3) and without (5.5.0) the appended
   batch-level properties are both read;
+- pyrmq's record encoder (`prepare_message` + `write_record`) writes each record of the Java
+  broker's commitlog byte for byte, given the fields the encoder cannot know (queue and
+  physical offsets, store timestamp) and the message as the Java client sent it: the Java
+  broker's own encoder is the oracle for pyrmq's (issue 13);
 - a store written by pyrmq's broker opens in the Java broker of each release with every message
   consumable by the Java client, after both a clean stop and a SIGKILL of pyrmq (the Java
   broker's abnormal recovery then reads pyrmq's checkpoint, the sixth field included).
@@ -26,7 +30,13 @@ from typing import Final
 import pytest
 
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
-from store.message_format import MessageRecord, RecordCheck, decode_record
+from store.message_format import (
+    MessageRecord,
+    RecordCheck,
+    decode_record,
+    prepare_message,
+    write_record,
+)
 from store.recovery import scan_file
 from tests.interop.harness import (
     ConsumeResult,
@@ -110,13 +120,42 @@ def record_starts(data: bytes, start: int) -> list[int]:
 
 def stored_records(store: Path) -> list[MessageRecord]:
     """Every valid record of the store's commitlog, in log order (a read-only scan)."""
-    records: list[MessageRecord] = []
+    return [record for record, _ in stored_record_bytes(store)]
+
+
+def stored_record_bytes(store: Path) -> list[tuple[MessageRecord, bytes]]:
+    """Every valid record of the store's commitlog with its bytes, in log order."""
+    records: list[tuple[MessageRecord, bytes]] = []
     for path in sorted((store / "commitlog").iterdir()):
         data = path.read_bytes()
         start = int(path.name)
-        records += [decode_record(data, phy - start) for phy in record_starts(data, start)]
+        for phy in record_starts(data, start):
+            record = decode_record(data, phy - start)
+            records.append((record, data[phy - start : phy - start + record.total_size]))
     assert records, f"no record in {store}"
     return records
+
+
+def assert_pyrmq_encodes_as_java(store: Path) -> None:
+    """Each Java record re-encoded by pyrmq from the sent message's fields: the same bytes.
+
+    pyrmq derives TOTALSIZE, MAGICCODE, BODYCRC and SYSFLAG's host bits itself; the offsets and
+    the store timestamp are the ones the Java broker chose. Java stores carry no `__CRC32#`
+    property (appendPropCRC is off by default), so neither does the re-encoding.
+    """
+    for record, java_bytes in stored_record_bytes(store):
+        message = prepare_message(
+            topic=record.topic, queue_id=record.queue_id, flag=record.flag, body=record.body,
+            properties=record.properties, sys_flag=record.sys_flag,
+            born_timestamp=record.born_timestamp, born_host=record.born_host,
+            store_host=record.store_host, reconsume_times=record.reconsume_times,
+            prepared_transaction_offset=record.prepared_transaction_offset,
+            append_prop_crc=False, max_message_size=4 * 1024 * 1024,
+        )
+        pyrmq_bytes = bytearray(message.total_size)
+        write_record(pyrmq_bytes, 0, message, queue_offset=record.queue_offset,
+                     phy_offset=record.phy_offset, store_timestamp=record.store_timestamp)
+        assert bytes(pyrmq_bytes) == java_bytes, f"record at {record.phy_offset} differs"
 
 
 def batch_records_carry_cluster(records: list[MessageRecord]) -> set[bool]:
@@ -154,6 +193,7 @@ def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
     assert store is not None
     records = stored_records(store)
     last = records[-1].phy_offset
+    assert_pyrmq_encodes_as_java(store)
     # Batch records: 5.3.3 appends the batch-level properties, 5.5.0 no longer does (row 10).
     assert batch_records_carry_cluster(records) == {rocketmq_version == "5.3.3"}
     rocksdb = store / "rocksdbstore"
@@ -206,6 +246,7 @@ def test_a_pyrmq_store_opens_in_java_with_every_message_consumable(
     # test above), once a consume-queue flush covered the sends.
     records = stored_records(store)
     last = records[-1].phy_offset
+    assert_pyrmq_encodes_as_java(store)
     assert batch_records_carry_cluster(records) == {False}  # pyrmq writes batches as 5.5.0
     wait_until(lambda: stored_logics_physical_offset(store) == last,
                timeout_s=CHECKPOINT_TIMEOUT_S,
