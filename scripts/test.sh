@@ -8,6 +8,6 @@ echo "== ruff"
 echo "== mypy --strict"
 .venv/bin/mypy --strict store remoting broker ha controller_client controller tests benchmarks examples
 echo "== pytest"
-.venv/bin/pytest -q -p no:cacheprovider tests "$@"
+.venv/bin/pytest -q -p no:cacheprovider --durations=30 tests "$@"
 echo "== benchmarks"
 .venv/bin/pytest -q -p no:cacheprovider benchmarks --benchmark-disable-gc -s
