@@ -3,6 +3,8 @@
 - `BrokerError` is the root of everything the broker package raises itself.
 - `BrokerConfigError`: the operator's `broker.conf` (or command line) is wrong; the broker does
   not start. The message names the file, the line, the key and the value.
+- `PortInUseError`: a port the broker must listen on (listenPort, haListenPort, the metrics
+  port) cannot be bound; the broker does not start, and says which key to change.
 - `ConfigFileError`: a metadata file under `<storePathRootDir>/config` (topics.json, ...) and its
   `.bak` are both unreadable; the broker does not start rather than forget topics or offsets.
 - `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`broker.client`)
@@ -33,6 +35,10 @@ class BrokerConfigError(BrokerError, ValueError):
         elif line is not None:
             where = f"line {line}: "
         super().__init__(f"{where}{message}")
+
+
+class PortInUseError(BrokerError):
+    """A listening socket cannot be bound: names the broker.conf key, the address and why."""
 
 
 class ConfigFileError(BrokerError):

@@ -34,11 +34,14 @@ the abort file stays), so the next start recovers as after a crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import ipaddress
 import logging
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from typing import Final
 
 from broker.client_manager import ClientManager, ConsumerIdsNotifier
@@ -51,7 +54,7 @@ from broker.config_file import (
     ConfigFile,
 )
 from broker.consumer_offsets import ConsumerOffsetManager
-from broker.errors import BrokerConfigError
+from broker.errors import BrokerConfigError, PortInUseError
 from broker.heap import freeze_startup_heap
 from broker.loop_monitor import LoopMonitor, StallCause
 from broker.metrics import BrokerMetrics
@@ -206,7 +209,8 @@ class BrokerNode:
                 store, config.to_ha_config(), replica_ids=lambda: fixed_replica_ids(config),
                 propose_sync_state_set=self._propose_sync_state_set,
             )
-            await self.ha.start()
+            with _binding("haListenPort", config.bind_address, config.ha_listen_port):
+                await self.ha.start()
             if not config.pyrmq_ha_role:
                 log.warning("controller mode: the ReplicasManager is not built yet; the broker "
                             "stays fenced (writes refused, no name-server registration)")
@@ -245,7 +249,8 @@ class BrokerNode:
         server = RemotingServer(router.handle, limits=self._server_limits, name="broker")
         # Processors are registered right after the bind, with no await in between: no request
         # can be read before they are in place.
-        await server.start(config.bind_address, config.listen_port)
+        with _binding("listenPort", config.bind_address, config.listen_port):
+            await server.start(config.bind_address, config.listen_port)
         self.server = server
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
@@ -447,8 +452,9 @@ class BrokerNode:
             log.warning("metricsExporterType=%s is not supported, serving PROM instead",
                         exporter.name)
         server = MetricsHttpServer(metrics.render)
-        await server.start(self.config.metrics_prom_exporter_host,
-                           self.config.metrics_prom_exporter_port)
+        host, port = self.config.metrics_prom_exporter_host, self.config.metrics_prom_exporter_port
+        with _binding("metricsPromExporterPort", host or "*", port):
+            await server.start(host, port)
         self.metrics_server = server
 
     async def _close_quietly(self) -> None:
@@ -463,6 +469,21 @@ class BrokerNode:
         if self.metrics_server is not None:
             await self.metrics_server.close()
             self.metrics_server = None
+
+
+@contextlib.contextmanager
+def _binding(key: str, host: str, port: int) -> Iterator[None]:
+    """Turn a failed bind into a one-line `PortInUseError` that names the key to change
+    (several brokers on one host is the normal set-up: each needs its own ports)."""
+    try:
+        yield
+    except OSError as err:
+        reason = "already in use" if err.errno == errno.EADDRINUSE else (
+            err.strerror or str(err))
+        raise PortInUseError(
+            f"cannot listen on {host}:{port} ({key}={port}): {reason}; give this broker "
+            f"another {key} in its broker.conf"
+        ) from err
 
 
 def _ids(text: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""`pyrmq-broker`: printing the config, refusing bad files, and a graceful SIGTERM."""
+"""`pyrmq-broker`: printing the config, refusing bad files and busy ports, a graceful SIGTERM."""
 
 from __future__ import annotations
 
@@ -6,17 +6,20 @@ import asyncio
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from broker.__main__ import EXIT_OK, EXIT_USAGE, main
+from broker.__main__ import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 from broker.client import BrokerClient, Message, Producer
 from remoting.codes import RequestCode
 from tests.broker.support import FakeNameServer, wait_until
+from tests.interop.network import free_port
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(150)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,3 +103,30 @@ async def test_sigterm_stops_gracefully_and_unregisters(tmp_path: Path) -> None:
         assert len(namesrv.of_code(RequestCode.UNREGISTER_BROKER)) == 1
         assert not (tmp_path / "store" / "abort").exists()  # a clean close removes it
         assert (tmp_path / "store" / "config" / "topics.json").exists()
+
+
+@pytest.mark.parametrize("key", ["listenPort", "haListenPort", "metricsPromExporterPort"])
+def test_a_port_in_use_is_a_one_line_error_naming_its_key(tmp_path: Path, key: str) -> None:
+    # Several brokers on one host is the normal set-up: a port another process holds stops
+    # the broker with one line that names the key to change, not a traceback.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = {k: free_port() for k in ("listenPort", "haListenPort", "metricsPromExporterPort")}
+        ports[key] = busy
+        conf = tmp_path / "broker.conf"
+        conf.write_text(
+            f"brokerIP1=127.0.0.1\nbrokerIP2=127.0.0.1\nstorePathRootDir={tmp_path / 'store'}\n"
+            "enableControllerMode=true\nmetricsPromExporterHost=127.0.0.1\n"
+            + "".join(f"{k}={v}\n" for k, v in ports.items())
+        )
+        run = subprocess.run(
+            [sys.executable, "-m", "broker", "-c", str(conf)], cwd=REPO, capture_output=True,
+            text=True, timeout=120, check=False,
+        )
+    assert run.returncode == EXIT_FAILED, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    errors = [line for line in run.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, run.stderr
+    assert f"({key}={busy}): already in use" in errors[0]
