@@ -154,6 +154,7 @@ def check_repo(root: Path = ROOT, *, outside: bool = True) -> list[str]:
 
 
 LINE_LIMIT = 100  # ruff's line-length (pyproject.toml)
+_CLOSING = ('"""', "'''")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*|]|\d+[.)])\s")
 
 
@@ -202,10 +203,13 @@ def rewrap(old: str, new: str, limit: int = LINE_LIMIT) -> tuple[str, list[int]]
             head, tail = lines[j][:cut].rstrip(), lines[j][cut + 1:]
             lines[j] = head
             nxt = lines[j + 1] if j + 1 < len(lines) else ""
-            plain = (j + 1 in prefixes and nxt.startswith(prefix) and nxt.strip()
-                     and not _LIST_ITEM.match(nxt[len(prefix):]) and j + 1 not in
-                     {k for k in prefixes if k < j + 1 and prefixes[k] != prefix}
-                     and not nxt.strip().startswith(('"""', "'''")))
+            # Join the next line only if it continues the same block: the same prefix (a comment
+            # line, or a line of the same docstring, as this one does not close it) and plain
+            # prose (not a list item, not the closing quotes).
+            plain = (prefixes.get(j + 1) == prefix and nxt.strip()
+                     and not any(quotes in tail for quotes in _CLOSING)
+                     and not _LIST_ITEM.match(nxt[len(prefix):])
+                     and not nxt.strip().startswith(_CLOSING))
             if plain and len(prefix) + len(tail) + 1 + len(nxt) - len(prefix) <= limit:
                 lines[j + 1] = prefix + tail + " " + nxt[len(prefix):]
                 break

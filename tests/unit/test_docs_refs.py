@@ -108,3 +108,21 @@ def test_rewrap_splits_only_prose_the_repointing_made_too_long() -> None:
     ]
     assert wrapped.splitlines()[6] == old.splitlines()[6]  # unchanged code is never touched
     assert all(len(line) <= 80 for line in wrapped.splitlines()[:6])
+
+
+def test_rewrap_never_joins_a_closing_docstring_to_the_next_line() -> None:
+    old = (
+        "def f() -> None:\n"
+        '    """One line that the repointing makes too long (store-format.md §3.4) here."""\n'
+        "    # a comment after it\n"
+        "    return None\n"
+    )
+    new = repoint.repoint_text(old, "a.py")
+    wrapped, left = repoint.rewrap(old, new, limit=80)
+    assert left == []
+    assert wrapped.splitlines()[1:4] == [
+        '    """One line that the repointing makes too long (docs/store-format.md §3.4)',
+        '    here."""',
+        "    # a comment after it",
+    ]
+    compile(wrapped, "a.py", "exec")
