@@ -1,0 +1,341 @@
+"""Three pyrmq brokers in controller mode under the REAL Apache RocketMQ controller.
+
+A standalone Java `ControllerStartup` (DLedger, one node) and pyrmq's name server run on
+loopback; three pyrmq brokers (`enableControllerMode=true`, allAckInSyncStateSet=true) register
+with the controller, get persistent ids 1, 2, 3, one is elected master and the others replicate
+from it (their HA address learned from the name server).
+
+Scenarios (seeded: the seed is printed, `PYRMQ_SEED` replays one), each printing
+acked / lost / failover seconds:
+- kill -9 of the master under a sync-ack load: no acknowledged message is lost, the controller
+  elects a new master from the SyncStateSet, the old master restarted on its store rejoins as a
+  slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical);
+- SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
+  paused master, resumed, answers nothing SUCCESS (its lease ran out, reliability.md M17), then
+  is demoted and rejoins; no acknowledged message is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from broker.client import BrokerClient, Message
+from broker.config import load_broker_config
+from broker.errors import BrokerClientError
+from remoting.codes import ResponseCode
+from remoting.errors import RemotingError
+from store.message_store import MessageStore
+from tests.interop.harness import JavaEnv, _write_properties
+from tests.interop.network import free_port, port_accepts
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+from tests.support.store_helpers import read_all
+
+pytestmark = pytest.mark.interop
+
+CONTROLLER_MAIN = "org.apache.rocketmq.controller.ControllerStartup"
+START_TIMEOUT_S = 60.0
+TOPIC = "FailoverTopic"
+HEARTBEAT_TIMEOUT_MS = 3_000
+BROKER_CONF: dict[str, str | int | bool] = {
+    "enableControllerMode": True,
+    "brokerIP2": "127.0.0.1",
+    "allAckInSyncStateSet": True,
+    "brokerHeartbeatInterval": 300,
+    "controllerHeartBeatTimeoutMills": HEARTBEAT_TIMEOUT_MS,
+    "syncBrokerMetadataPeriod": 1000,
+    "syncControllerMetadataPeriod": 3000,
+    "haSendHeartbeatInterval": 500,
+    "haHousekeepingInterval": 3000,
+    "checkSyncStateSetPeriod": 500,
+    "haMaxTimeSlaveNotCatchup": 3000,
+    "slaveTimeout": 3000,
+}
+
+
+def start_controller(java: JavaEnv, work_dir: Path) -> str:
+    """ControllerStartup, one DLedger node on 127.0.0.1, scans every second (default 5 s)."""
+    port = free_port()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    conf = _write_properties(work_dir / "controller.conf", {
+        "controllerType": "DLedger",
+        "controllerDLegerGroup": "pyrmq",
+        "controllerDLegerPeers": f"n0-127.0.0.1:{port}",
+        "controllerDLegerSelfId": "n0",
+        "controllerStorePath": str(work_dir / "store"),
+        "scanNotActiveBrokerInterval": 1000,
+        "scanInactiveMasterInterval": 1000,
+    })
+    process = java.start_java(CONTROLLER_MAIN, ["-c", str(conf)], name="controller",
+                              jvm_args=("--add-opens", "java.base/java.lang=ALL-UNNAMED"))
+    addr = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not port_accepts(addr):
+        if not process.alive() or time.monotonic() > deadline:
+            raise AssertionError(f"controller did not listen on {addr}\n{process.diagnostics()}")
+        time.sleep(0.2)
+    return addr
+
+
+_ROLE = re.compile(r"became (master|slave) master_epoch=(\d+)")
+
+
+def role_of(process: PyrmqProcess) -> tuple[str, int] | None:
+    """The last HA role this process took (from its log): ("master" | "slave", epoch)."""
+    found = _ROLE.findall(process.log())
+    return None if not found else (found[-1][0], int(found[-1][1]))
+
+
+def sync_state_set_of(process: PyrmqProcess) -> set[int] | None:
+    found = re.findall(r"sync_state_set applied old=\[[\d, ]*\] new=\[([\d, ]*)\]", process.log())
+    return None if not found else {int(x) for x in found[-1].split(",") if x.strip()}
+
+
+def controller_id(process: PyrmqProcess) -> int:
+    assert process.store_dir is not None
+    return int((process.store_dir / "brokerIdentity").read_text().rsplit("#", 1)[1])
+
+
+def commitlog(process: PyrmqProcess) -> bytes:
+    assert process.store_dir is not None
+    directory = process.store_dir / "commitlog"
+    return b"".join(path.read_bytes() for path in sorted(directory.iterdir()))
+
+
+def bodies_in(process: PyrmqProcess) -> set[bytes]:
+    store = MessageStore(replace(load_broker_config(process.config_path).config.to_store_config(),
+                                 read_uncommitted=True))
+    store.open()
+    try:
+        return {record.body for record in read_all(store, TOPIC, 0)}
+    finally:
+        store.close()
+
+
+@dataclass
+class Load:
+    """A sync-ack load: `acked` holds every body answered SUCCESS."""
+
+    rng: random.Random
+    acked: list[bytes] = field(default_factory=list)
+    refused: int = 0
+    unknown: int = 0
+    next_index: int = 0
+    milestone: int | None = None  # `reached` is set once this many are acked
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def body(self, tag: str) -> bytes:
+        self.next_index += 1
+        return f"{tag}-{self.next_index}-".encode() + self.rng.randbytes(self.rng.randint(50, 400))
+
+    async def run(self, address: str, *, tag: str, until: asyncio.Event, count: int | None = None,
+                  concurrency: int = 8) -> None:
+        """Send to `address` until `until` is set (or `count` acked), `concurrency` at once."""
+        host, port = address.rsplit(":", 1)
+        goal = None if count is None else len(self.acked) + count
+        async with await BrokerClient.connect(host, int(port)) as client:
+
+            async def worker() -> None:
+                while not until.is_set() and (goal is None or len(self.acked) < goal):
+                    body = self.body(tag)
+                    try:
+                        result = await client.send(Message(TOPIC, body), producer_group="fo",
+                                                   queue_id=0, timeout_ms=5000)
+                    except BrokerClientError:
+                        self.refused += 1  # a definite refusal: not stored
+                        continue
+                    except (RemotingError, OSError):
+                        self.unknown += 1
+                        return
+                    if result.code == ResponseCode.SUCCESS:
+                        self.acked.append(body)
+                        if self.milestone is not None and len(self.acked) >= self.milestone:
+                            self.reached.set()
+                    else:
+                        self.refused += 1
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def first_success(processes: list[PyrmqProcess], load: Load, deadline_s: float
+                        ) -> PyrmqProcess:
+    """Try one send on each live broker every 50 ms until one answers SUCCESS."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for process in processes:
+            if not process.alive():
+                continue
+            host, port = process.addr.rsplit(":", 1)
+            body = load.body("probe")
+            try:
+                async with await BrokerClient.connect(host, int(port)) as client:
+                    result = await client.send(Message(TOPIC, body), producer_group="fo",
+                                               queue_id=0, timeout_ms=3000)
+            except (BrokerClientError, RemotingError, OSError):
+                continue
+            if result.code == ResponseCode.SUCCESS:
+                load.acked.append(body)
+                return process
+        await asyncio.sleep(0.05)
+    raise AssertionError("no broker answered a send SUCCESS in time\n" +
+                         "\n".join(p.diagnostics() for p in processes))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
+    with PyrmqEnv(tmp_path / "pyrmq") as made:
+        yield made
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
+    print(f"seed={value} (PYRMQ_SEED={value} replays it)")
+    return value
+
+
+@dataclass
+class Group:
+    controller: str
+    namesrv: PyrmqProcess
+    brokers: list[PyrmqProcess]
+
+    def start_broker(self, env: PyrmqEnv, name: str, *, store_dir: Path | None = None,
+                     listen_port: int | None = None) -> PyrmqProcess:
+        return env.start_broker(self.namesrv, name=name, store_dir=store_dir,
+                                listen_port=listen_port, timeout_s=START_TIMEOUT_S,
+                                extra_conf={**BROKER_CONF, "controllerAddr": self.controller,
+                                            # a free port of its own (listenPort + 1 may be
+                                            # some client's ephemeral port by a restart)
+                                            "haListenPort": free_port()})
+
+    def master(self) -> PyrmqProcess:
+        masters = [p for p in self.brokers if p.alive() and (role_of(p) or ("", 0))[0] == "master"]
+        assert len(masters) == 1, [role_of(p) for p in self.brokers]
+        return masters[0]
+
+
+def start_group(java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path) -> Group:
+    controller = start_controller(java_env, tmp_path / "controller")
+    group = Group(controller, env.start_namesrv(), [])
+    for name in ("b1", "b2", "b3"):
+        group.brokers.append(group.start_broker(env, name))
+    master = group.master()
+    assert sorted(controller_id(p) for p in group.brokers) == [1, 2, 3]
+    wait_until(lambda: sync_state_set_of(master) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="both slaves in the master's SyncStateSet", process=master)
+    return group
+
+
+def check_no_loss(group: Group, load: Load, *, survivors: list[PyrmqProcess]) -> int:
+    """Stop everything; every acked body must be in every broker's store. Returns lost."""
+    for process in group.brokers:
+        if process.alive():
+            assert process.terminate() == 0, process.diagnostics()
+    acked = set(load.acked)
+    lost = 0
+    for process in survivors:
+        stored = bodies_in(process)
+        lost = max(lost, len(acked - stored))
+    return lost
+
+
+async def test_kill_the_master_under_sync_ack_load(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    rng = random.Random(seed)
+    group = start_group(java_env, env, tmp_path)
+    old = group.master()
+    old_id, old_port = controller_id(old), old.port
+    load = Load(rng, milestone=rng.randint(300, 1500))
+    stop = asyncio.Event()
+
+    async def killer() -> None:
+        await load.reached.wait()
+        old.kill()  # SIGKILL with sends in flight
+        stop.set()
+
+    started = time.monotonic()
+    await asyncio.gather(load.run(old.addr, tag="before", until=stop), killer())
+    killed_at = time.monotonic()
+    acked_before = len(load.acked)
+    others = [p for p in group.brokers if p is not old]
+    new = await first_success(others, load, deadline_s=30)
+    failover_s = time.monotonic() - killed_at
+    role = role_of(new)
+    assert role is not None
+    assert role[0] == "master"
+    assert role[1] >= 2
+    await load.run(new.addr, tag="after", until=asyncio.Event(), count=300)
+
+    # The old master comes back on its store and address: a slave that cuts its unconfirmed tail.
+    back = group.start_broker(env, "b-old", store_dir=old.store_dir, listen_port=old_port)
+    group.brokers.append(back)
+    assert controller_id(back) == old_id
+    wait_until(lambda: (role_of(back) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
+               what="the old master rejoined as a slave", process=back)
+    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="the old master caught up and rejoined the SyncStateSet", process=back)
+    await load.run(new.addr, tag="rejoined", until=asyncio.Event(), count=200)
+
+    survivors = [p for p in group.brokers if p is not old]
+    lost = check_no_loss(group, load, survivors=survivors)
+    print(f"kill -9 of the master: acked={len(load.acked)} (before the kill {acked_before}) "
+          f"lost={lost} failover_s={failover_s:.2f} refused={load.refused} "
+          f"unknown={load.unknown} total_s={time.monotonic() - started:.1f}")
+    assert lost == 0
+    expected = commitlog(new)
+    for process in survivors:
+        assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
+
+
+async def test_a_paused_master_acknowledges_nothing_after_its_lease(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    rng = random.Random(seed)
+    group = start_group(java_env, env, tmp_path)
+    old = group.master()
+    load = Load(rng)
+    await load.run(old.addr, tag="before", until=asyncio.Event(), count=rng.randint(100, 500))
+    os.kill(old.pid, signal.SIGSTOP)
+    paused_at = time.monotonic()
+    others = [p for p in group.brokers if p is not old]
+    try:
+        new = await first_success(others, load, deadline_s=60)
+        failover_s = time.monotonic() - paused_at
+        # A client that sent to the paused master meanwhile: its sends wait in the socket.
+        host, port = old.addr.rsplit(":", 1)
+        async with await BrokerClient.connect(host, int(port)) as client:
+            pending = [asyncio.create_task(client.send(
+                Message(TOPIC, body), producer_group="fo", queue_id=0, timeout_ms=10_000))
+                for body in (load.body("zombie") for _ in range(20))]
+            await asyncio.sleep(0)
+            os.kill(old.pid, signal.SIGCONT)
+            results = await asyncio.gather(*pending, return_exceptions=True)
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    zombies = [(r.code, r.remark) if isinstance(r, BrokerClientError) else
+               (r.code, "stored") if not isinstance(r, BaseException) else (-1, repr(r))
+               for r in results]
+    assert all(code != ResponseCode.SUCCESS for code, _ in zombies), zombies
+    # A definite refusal (14), by the lease or, once demoted, by the fence; never a timeout.
+    assert {code for code, _ in zombies} == {ResponseCode.SERVICE_NOT_AVAILABLE}, zombies
+    zombie_codes = sorted({remark or "" for _, remark in zombies})
+    wait_until(lambda: (role_of(old) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
+               what="the resumed old master demoted to slave", process=old)
+    await load.run(new.addr, tag="after", until=asyncio.Event(), count=200)
+    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="the old master rejoined the SyncStateSet", process=old)
+    lost = check_no_loss(group, load, survivors=group.brokers)
+    print(f"SIGSTOP of the master: acked={len(load.acked)} lost={lost} "
+          f"failover_s={failover_s:.2f} resumed master answered={zombie_codes}")
+    assert lost == 0
