@@ -12,7 +12,8 @@ acked / lost / failover seconds:
   slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical);
 - SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
   paused master, resumed, answers nothing SUCCESS (its lease ran out, reliability.md M17), then
-  is demoted and rejoins; no acknowledged message is lost.
+  is demoted and rejoins; no acknowledged message is lost;
+- a master that lost committed data in a power loss does not lead again (M9).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ import pytest
 from broker.client import BrokerClient, Message
 from broker.config import load_broker_config
 from broker.errors import BrokerClientError
+from broker.replicas_manager import LOST_COMMITTED_FILE_NAME
+from controller_client.client import ControllerClient
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
+from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
 from store.message_store import MessageStore
 from tests.interop.harness import JavaEnv, _write_properties
 from tests.interop.network import free_port, port_accepts
-from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+from tests.interop.pyrmq_env import COMMITLOG_FILE_BYTES, PyrmqEnv, PyrmqProcess, wait_until
 from tests.support.store_helpers import read_all
 
 pytestmark = pytest.mark.interop
@@ -339,3 +343,88 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease(
     print(f"SIGSTOP of the master: acked={len(load.acked)} lost={lost} "
           f"failover_s={failover_s:.2f} resumed master answered={zombie_codes}")
     assert lost == 0
+
+
+def lose_tail(process: PyrmqProcess, keep: int) -> None:
+    """A power loss on a stopped broker: every commitlog byte from `keep` on becomes zero (the
+    page cache that never reached the disk)."""
+    assert process.store_dir is not None
+    file_bytes = COMMITLOG_FILE_BYTES
+    for path in sorted((process.store_dir / "commitlog").iterdir()):
+        start = int(path.name)
+        if start + file_bytes <= keep:
+            continue
+        with path.open("r+b") as file:
+            offset = max(0, keep - start)
+            file.seek(offset)
+            file.write(bytes(file_bytes - offset))
+
+
+async def master_cleared(controller: str) -> bool:
+    client = ControllerClient((controller,))
+    try:
+        info = await client.get_replica_info("broker-a")
+    finally:
+        await client.close()
+    return not info.header.master_address
+
+
+async def test_a_master_that_lost_committed_data_does_not_lead_again(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    """All three hang (SIGSTOP) until the controller's election finds nobody alive (the set has
+    no master, the SyncStateSet is still {1, 2, 3}); all are killed; the old master loses the
+    tail of its log below its checkpoint's confirmOffset (a power loss) and restarts first. It
+    holds back from the controller (M9), so a replica that kept everything is elected; it joins
+    as a slave and its durable lostCommitted mark is cleared. No acked message is lost."""
+    rng = random.Random(seed)
+    group = start_group(java_env, env, tmp_path)
+    old = group.master()
+    load = Load(rng)
+    await load.run(old.addr, tag="before", until=asyncio.Event(), count=rng.randint(300, 800))
+    assert old.store_dir is not None
+    checkpoint = old.store_dir / CHECKPOINT_FILE_NAME
+    acked_end = max(len(commitlog(old).rstrip(b"\0")), 1)
+    wait_until(lambda: load_checkpoint(checkpoint).checkpoint.confirm_phy_offset >= acked_end,
+               timeout_s=30, what="the master's checkpoint holds the confirmOffset", process=old)
+    for process in group.brokers:
+        os.kill(process.pid, signal.SIGSTOP)
+    for _ in range(300):  # 60 s
+        if await master_cleared(group.controller):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the controller still names a master of the hung set")
+    for process in group.brokers:
+        process.kill()
+    confirm = load_checkpoint(checkpoint).checkpoint.confirm_phy_offset
+    lose_tail(old, rng.randint(confirm // 4, confirm // 2))
+
+    started = time.monotonic()
+    back = env.start_broker(None, name="b-lost", store_dir=old.store_dir, listen_port=old.port,
+                            timeout_s=START_TIMEOUT_S, extra_conf={
+                                **BROKER_CONF, "controllerAddr": group.controller,
+                                "namesrvAddr": group.namesrv.addr, "haListenPort": free_port()})
+    wait_until(lambda: "staying away from the controller" in back.log(), timeout_s=30,
+               what="the broker that lost data holds back (M9)", process=back)
+    assert (old.store_dir / LOST_COMMITTED_FILE_NAME).exists()
+    others = [group.start_broker(env, f"{p.name}-again", store_dir=p.store_dir,
+                                 listen_port=p.port) for p in group.brokers if p is not old]
+    group.brokers = [back, *others]
+    new = group.master()
+    assert new is not back
+    wait_until(lambda: (role_of(back) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
+               what="the broker that lost data joined as a slave", process=back)
+    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="it caught up and rejoined the SyncStateSet", process=back)
+    rejoin_s = time.monotonic() - started
+    assert "became master" not in back.log()
+    assert not (old.store_dir / LOST_COMMITTED_FILE_NAME).exists()
+    await load.run(new.addr, tag="after", until=asyncio.Event(), count=100)
+    lost = check_no_loss(group, load, survivors=group.brokers)
+    print(f"lost_committed master restarted first: acked={len(load.acked)} lost={lost} "
+          f"rejoined_as_slave_s={rejoin_s:.1f}")
+    assert lost == 0
+    expected = commitlog(new)
+    for process in group.brokers:
+        assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
