@@ -474,6 +474,9 @@ class ReplicasManager:
 
     async def _master_ha_address(self, master_address: str) -> str:
         self._ha_address.pop(master_address, None)
+        if not self.config.namesrv_addr_list:
+            log.error("no namesrvAddr: a slave learns its master's HA address from the name "
+                      "servers and cannot replicate without one")
         while True:
             found = self._ha_address.get(master_address)
             if found:

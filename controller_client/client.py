@@ -15,6 +15,7 @@ first use and reopened after it closes; every request has a deadline (`request_t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,16 +102,22 @@ class ControllerClient:
         self.request_timeout_ms = request_timeout_ms
         self.leader_addr: str | None = None
         self._clients: dict[str, RemotingClient] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
 
     async def _client(self, addr: str) -> RemotingClient:
         client = self._clients.get(addr)
-        if client is None or client.is_closed:
-            host, _, port = addr.rpartition(":")
-            client = await RemotingClient.connect(
-                host, int(port), connect_timeout_ms=self.request_timeout_ms
-            )
-            self._clients[addr] = client
-        return client
+        if client is not None and not client.is_closed:
+            return client
+        # One connect per address at a time (heartbeats and polls run concurrently).
+        async with self._connecting.setdefault(addr, asyncio.Lock()):
+            client = self._clients.get(addr)
+            if client is None or client.is_closed:
+                host, _, port = addr.rpartition(":")
+                client = await RemotingClient.connect(
+                    host, int(port), connect_timeout_ms=self.request_timeout_ms
+                )
+                self._clients[addr] = client
+            return client
 
     async def _invoke(self, addr: str, name: str, request: RemotingCommand) -> RemotingCommand:
         client = await self._client(addr)
@@ -243,16 +250,20 @@ class ControllerClient:
         return ElectMasterResponseHeader.from_ext_fields(response.ext_fields), body
 
     async def heartbeat(self, header: BrokerHeartbeatRequestHeader) -> list[str]:
-        """BROKER_HEARTBEAT oneway to every controller; returns the addresses it failed for."""
-        failed: list[str] = []
+        """BROKER_HEARTBEAT oneway to every controller at once (a controller that is down or
+        slow to connect delays none of the others); returns the addresses it failed for."""
         request = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, header.to_ext_fields())
-        for addr in self.addrs:
+
+        async def one(addr: str) -> str | None:
             try:
                 client = await self._client(addr)
                 await client.invoke_oneway(request, HEARTBEAT_TIMEOUT_MS_DEFAULT)
             except RemotingError:
-                failed.append(addr)
-        return failed
+                return addr
+            return None
+
+        results = await asyncio.gather(*(one(addr) for addr in self.addrs))
+        return [addr for addr in results if addr is not None]
 
     async def get_replica_info(self, broker_name: str) -> ReplicaInfo:
         header = GetReplicaInfoRequestHeader(broker_name)
