@@ -9,7 +9,8 @@ Scenarios (seeded: the seed is printed, `PYRMQ_SEED` replays one), each printing
 acked / lost / failover seconds:
 - kill -9 of the master under a sync-ack load: no acknowledged message is lost, the controller
   elects a new master from the SyncStateSet, the old master restarted on its store rejoins as a
-  slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical);
+  slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical), and the
+  real `mqadmin getSyncStateSet` shows the new master and all three in the set;
 - SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
   paused master, resumed, answers nothing SUCCESS (its lease ran out, reliability.md M17), then
   is demoted and rejoins; no acknowledged message is lost;
@@ -298,6 +299,13 @@ async def test_kill_the_master_under_sync_ack_load(
     wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
                what="the old master caught up and rejoined the SyncStateSet", process=back)
     await load.run(new.addr, tag="rejoined", until=asyncio.Event(), count=200)
+    # The real mqadmin shows the set the controller holds: the new master and both others.
+    shown = java_env.mqadmin(group.namesrv.addr, "getSyncStateSet", "-a", group.controller,
+                             "-b", "broker-a").stdout
+    assert re.search(rf"#MasterBrokerId\s+{controller_id(new)}\b", shown), shown
+    assert re.search(rf"#MasterAddr\s+{re.escape(new.addr)}\b", shown), shown
+    assert sorted(int(i) for i in re.findall(r"brokerId=(\d+),.*alive=true", shown)) == \
+        [1, 2, 3], shown
 
     survivors = [p for p in group.brokers if p is not old]
     lost = check_no_loss(group, load, survivors=survivors)
