@@ -254,8 +254,12 @@ class ReplicasManager:
     # ------------------------------------------------------------------ periodic work
 
     async def _heartbeat_round(self) -> None:
-        """BROKER_HEARTBEAT to every controller; while master, then GET_REPLICA_INFO from the
-        leader, whose answer renews the lease (M17) and is handled like a poll."""
+        """BROKER_HEARTBEAT to every controller. A master then renews its lease (M17) from the
+        heartbeat's send time when, on the same connections, the leader names it master at its
+        epoch (that answer is also handled like a poll), or a majority of the controllers
+        answer: a controller that read the heartbeat cannot time this broker out before
+        send time + its heartbeat timeout, and a majority of them keeps the lease through a
+        controller leader failover."""
         role = self.role
         if role is None:
             return
@@ -272,19 +276,32 @@ class ReplicasManager:
         sent_at = self.clock_ms()
         failed = await self.client.heartbeat(header)
         leader = self.client.leader_addr
-        if leader is None or leader in failed:
-            return
-        self._last_heartbeat_ms = sent_at
+        if leader is not None and leader not in failed:
+            self._last_heartbeat_ms = sent_at
         if not role.is_master:
+            if leader is None or leader in failed:
+                await self.client.find_leader()
             return
-        info = await self.client.get_replica_info(self.config.broker_name)
+        reached = [addr for addr in self.client.addrs if addr not in failed]
+        answered = len(await self.client.answering(reached))
+        if leader is not None and leader not in failed:
+            with contextlib.suppress(ControllerError, RemotingError, OSError):
+                info = await self.client.get_replica_info(self.config.broker_name)
+                current = self.role
+                if current is not None and current.is_master and \
+                        info.header.master_broker_id == current.broker_id and \
+                        info.header.master_epoch == current.master_epoch:
+                    self.lease.renew(sent_at)
+                await self._handle_replica_info(
+                    info.header.master_broker_id, info.header.master_address,
+                    info.header.master_epoch, info.sync_state_set)
         current = self.role
         if current is not None and current.is_master and \
-                info.header.master_broker_id == current.broker_id and \
-                info.header.master_epoch == current.master_epoch:
+                answered > len(self.client.addrs) // 2:
             self.lease.renew(sent_at)
-        await self._handle_replica_info(info.header.master_broker_id, info.header.master_address,
-                                        info.header.master_epoch, info.sync_state_set)
+        if leader is None or leader in failed:
+            # The leader is gone: look the next one up now rather than at the next refresh.
+            await self.client.find_leader()
 
     async def _poll(self) -> None:
         """GET_REPLICA_INFO (§6.3); 2008 -> register again."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -156,6 +157,22 @@ class ControllerClient:
             failures.append(f"{addr}: knows no leader")
         self.leader_addr = None
         raise ControllerUnavailableError("no controller leader: " + "; ".join(failures))
+
+    async def answering(self, addrs: Collection[str]) -> list[str]:
+        """The controllers of `addrs` that answer CONTROLLER_GET_METADATA_INFO now (all asked at
+        once). On a connection that just carried a heartbeat, an answer means that controller
+        has read the heartbeat (a master lease renewal, reliability.md M17)."""
+        request = RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO)
+
+        async def one(addr: str) -> str | None:
+            try:
+                await self._invoke(addr, "CONTROLLER_GET_METADATA_INFO", request)
+            except RemotingError:
+                return None
+            return addr
+
+        results = await asyncio.gather(*(one(addr) for addr in addrs))
+        return [addr for addr in results if addr is not None]
 
     async def get_next_broker_id(self, cluster_name: str, broker_name: str) -> int:
         header = GetNextBrokerIdRequestHeader(cluster_name, broker_name)

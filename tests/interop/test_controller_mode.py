@@ -36,12 +36,13 @@ from broker.config import load_broker_config
 from broker.errors import BrokerClientError
 from broker.replicas_manager import LOST_COMMITTED_FILE_NAME
 from controller_client.client import ControllerClient
+from controller_client.errors import ControllerError
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
 from store.message_store import MessageStore
 from tests.interop.build import NEWEST
-from tests.interop.harness import JavaEnv, _write_properties
+from tests.interop.harness import JavaEnv, JavaProcess, _write_properties
 from tests.interop.network import free_port, port_accepts
 from tests.interop.pyrmq_env import COMMITLOG_FILE_BYTES, PyrmqEnv, PyrmqProcess, wait_until
 from tests.support.store_helpers import read_all
@@ -68,28 +69,41 @@ BROKER_CONF: dict[str, str | int | bool] = {
 }
 
 
-def start_controller(java: JavaEnv, work_dir: Path) -> str:
-    """ControllerStartup, one DLedger node on 127.0.0.1, scans every second (default 5 s)."""
-    port = free_port()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    conf = _write_properties(work_dir / "controller.conf", {
-        "controllerType": "DLedger",
-        "controllerDLegerGroup": "pyrmq",
-        "controllerDLegerPeers": f"n0-127.0.0.1:{port}",
-        "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(work_dir / "store"),
-        "scanNotActiveBrokerInterval": 1000,
-        "scanInactiveMasterInterval": 1000,
-    })
-    process = java.start_java(CONTROLLER_MAIN, ["-c", str(conf)], name="controller",
-                              jvm_args=("--add-opens", "java.base/java.lang=ALL-UNNAMED"))
-    addr = f"127.0.0.1:{port}"
+def start_controllers(java: JavaEnv, work_dir: Path, count: int = 1
+                      ) -> dict[str, JavaProcess]:
+    """`count` ControllerStartup nodes of one DLedger group on 127.0.0.1, scanning every second
+    (default 5 s); their remoting addresses (DLedger serves remoting on its peer port)."""
+    ports = [free_port() for _ in range(count)]
+    peers = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports))
+    started: dict[str, JavaProcess] = {}
+    for i, port in enumerate(ports):
+        node_dir = work_dir / f"n{i}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        conf = _write_properties(node_dir / "controller.conf", {
+            "controllerType": "DLedger",
+            "controllerDLegerGroup": "pyrmq",
+            "controllerDLegerPeers": peers,
+            "controllerDLegerSelfId": f"n{i}",
+            "controllerStorePath": str(node_dir / "store"),
+            "scanNotActiveBrokerInterval": 1000,
+            "scanInactiveMasterInterval": 1000,
+        })
+        started[f"127.0.0.1:{port}"] = java.start_java(
+            CONTROLLER_MAIN, ["-c", str(conf)], name=f"controller-n{i}",
+            jvm_args=("--add-opens", "java.base/java.lang=ALL-UNNAMED"))
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not port_accepts(addr):
-        if not process.alive() or time.monotonic() > deadline:
-            raise AssertionError(f"controller did not listen on {addr}\n{process.diagnostics()}")
-        time.sleep(0.2)
-    return addr
+    for addr, process in started.items():
+        while not port_accepts(addr):
+            if not process.alive() or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"controller did not listen on {addr}\n{process.diagnostics()}")
+            time.sleep(0.2)
+    return started
+
+
+def start_controller(java: JavaEnv, work_dir: Path) -> str:
+    """One controller node; its remoting address."""
+    return next(iter(start_controllers(java, work_dir)))
 
 
 _ROLE = re.compile(r"became (master|slave) master_epoch=(\d+)")
@@ -237,8 +251,9 @@ class Group:
         return masters[0]
 
 
-def start_group(java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path) -> Group:
-    controller = start_controller(java_env, tmp_path / "controller")
+def start_group(java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path,
+                controller: str | None = None) -> Group:
+    controller = controller or start_controller(java_env, tmp_path / "controller")
     group = Group(controller, env.start_namesrv(), [])
     for name in ("b1", "b2", "b3"):
         group.brokers.append(group.start_broker(env, name))
@@ -445,3 +460,60 @@ async def test_a_master_that_lost_committed_data_does_not_lead_again(
     expected = commitlog(new)
     for process in group.brokers:
         assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
+
+
+async def controller_leader(addrs: str, timeout_s: float, *, other_than: str = "") -> str:
+    """The leader the controllers name (one other than `other_than`: the survivors name a
+    killed leader until they have elected the next)."""
+    client = ControllerClient(tuple(a for a in addrs.split(";") if a != other_than))
+    try:
+        for _ in range(int(timeout_s / 0.2)):
+            try:
+                leader = await client.find_leader()
+            except ControllerError:
+                leader = other_than
+            if leader != other_than:
+                return leader
+            await asyncio.sleep(0.2)
+    finally:
+        await client.close()
+    raise AssertionError(f"no controller leader among {addrs} within {timeout_s} s")
+
+
+async def test_killing_the_controller_leader_moves_no_broker(
+    newest_java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    """A three-node DLedger controller group; its leader is killed under load. No broker
+    changes role, the next controller leader takes over, and the master refuses no send: a
+    majority of the controllers still read its heartbeats, which keeps its lease (M17)."""
+    rng = random.Random(seed)
+    controllers = start_controllers(newest_java_env, tmp_path / "controllers", 3)
+    addrs = ";".join(controllers)
+    leader = await controller_leader(addrs, START_TIMEOUT_S)
+    group = start_group(newest_java_env, env, tmp_path, controller=addrs)
+    master = group.master()
+    roles = {p.name: role_of(p) for p in group.brokers}
+    load = Load(rng)
+    await load.run(master.addr, tag="before", until=asyncio.Event(), count=rng.randint(100, 300))
+    stop = asyncio.Event()
+
+    async def kill_the_leader() -> float:
+        controllers[leader].kill()
+        killed_at = time.monotonic()
+        await controller_leader(addrs, START_TIMEOUT_S, other_than=leader)
+        elected_s = time.monotonic() - killed_at
+        load.milestone = len(load.acked) + 300  # writes go on under the next leader
+        load.reached.clear()
+        await load.reached.wait()
+        stop.set()
+        return elected_s
+
+    # Sends run across the controller failover (refusals would be counted).
+    _, leader_s = await asyncio.gather(load.run(master.addr, tag="during", until=stop),
+                                       kill_the_leader())
+    assert {p.name: role_of(p) for p in group.brokers} == roles  # nobody moved
+    lost = check_no_loss(group, load, survivors=group.brokers)
+    print(f"controller leader killed: next leader in {leader_s:.1f} s, acked={len(load.acked)} "
+          f"lost={lost} refused={load.refused}")
+    assert lost == 0
+    assert load.refused == 0  # the master's lease held through the controller failover
