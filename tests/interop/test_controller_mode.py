@@ -10,7 +10,8 @@ acked / lost / failover seconds:
 - kill -9 of the master under a sync-ack load: no acknowledged message is lost, the controller
   elects a new master from the SyncStateSet, the old master restarted on its store rejoins as a
   slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical), and the
-  real `mqadmin getSyncStateSet` shows the new master and all three in the set;
+  real `mqadmin getSyncStateSet` shows the new master and all three in the set; no queue
+  offset is handed out twice (no rollback, RocketMQ #6344/#7689);
 - SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
   paused master, resumed, answers nothing SUCCESS (its lease ran out, reliability.md M17), then
   is demoted and rejoins; no acknowledged message is lost;
@@ -147,6 +148,7 @@ class Load:
 
     rng: random.Random
     acked: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # queue offsets of the acked sends
     refused: int = 0
     unknown: int = 0
     next_index: int = 0
@@ -178,6 +180,7 @@ class Load:
                         return
                     if result.code == ResponseCode.SUCCESS:
                         self.acked.append(body)
+                        self.offsets.append(result.queue_offset)
                         if self.milestone is not None and len(self.acked) >= self.milestone:
                             self.reached.set()
                     else:
@@ -204,6 +207,7 @@ async def first_success(processes: list[PyrmqProcess], load: Load, deadline_s: f
                 continue
             if result.code == ResponseCode.SUCCESS:
                 load.acked.append(body)
+                load.offsets.append(result.queue_offset)
                 return process
         await asyncio.sleep(0.05)
     raise AssertionError("no broker answered a send SUCCESS in time\n" +
@@ -328,6 +332,8 @@ async def test_kill_the_master_under_sync_ack_load(
           f"lost={lost} failover_s={failover_s:.2f} refused={load.refused} "
           f"unknown={load.unknown} total_s={time.monotonic() - started:.1f}")
     assert lost == 0
+    # No queue offset was handed out twice across the failover (RocketMQ #6344, #7689).
+    assert len(set(load.offsets)) == len(load.offsets)
     expected = commitlog(new)
     for process in survivors:
         assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
