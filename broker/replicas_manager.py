@@ -18,10 +18,11 @@ RPCs). It:
   when that answer names the master the controller named;
 - sends the HA service's SyncStateSet proposals as ALTER_SYNC_STATE_SET and applies a set only
   once the controller has accepted it (or a poll shows it);
-- keeps a master lease (M17): while master, every heartbeat round is followed by a
-  GET_REPLICA_INFO on the same connection to the leader; an answer naming this broker master at
-  its epoch renews the lease from the heartbeat's send time. `write_refusal()` (checked by the
-  send path before every append) refuses sends once the lease has run out.
+- keeps a master lease (M17): while master, every heartbeat round is followed, on the same
+  connections, by GET_REPLICA_INFO to the leader and CONTROLLER_GET_METADATA_INFO to every
+  controller; the leader naming this broker master at its epoch, or a majority answering,
+  renews the lease from the heartbeat's send time. `write_refusal()` (checked by the send path
+  before every append) refuses sends once the lease has run out.
 
 Slave metadata sync (topics, subscription groups, offsets; M11) is not here: the node gives a
 `SlaveSync` hook, started with the master's address on becoming slave and stopped on becoming
