@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from remoting.bodies import RegisterBrokerBody, TopicConfigAndMappingSerializeWrapper
@@ -32,7 +32,11 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from remoting.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
 from store.message_format import crc32
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,7 @@ class NamesrvRegistration:
         period_ms: int,
         timeout_ms: int,
         isolated: Callable[[], bool] = lambda: False,
+        on_registered: Callable[[str, RegisterBrokerResponseHeader], None] | None = None,
     ) -> None:
         self._addrs = namesrv_addrs
         self._identity = identity
@@ -79,11 +84,21 @@ class NamesrvRegistration:
         self._period_ms = period_ms
         self._timeout_ms = timeout_ms
         self._isolated = isolated
+        self._on_registered = on_registered
         self._clients: dict[str, RemotingClient] = {}
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()
         self._unregistered = False
         self.registrations = 0  # successful REGISTER_BROKER answers, for tests and logs
+
+    @property
+    def broker_id(self) -> int:
+        return self._identity.broker_id
+
+    def set_broker_id(self, broker_id: int) -> None:
+        """The role id changed (controller mode: 0 while master, else the controller id); the
+        caller then asks for a registration."""
+        self._identity = replace(self._identity, broker_id=broker_id)
 
     def request_register(self) -> None:
         """Register again as soon as possible (after a topic change)."""
@@ -143,6 +158,13 @@ class NamesrvRegistration:
             return
         self.registrations += 1
         log.debug("registered with name server namesrv=%s", addr)
+        if self._on_registered is not None:
+            try:
+                answer = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields)
+            except RemotingError as err:
+                log.warning("register broker answer unreadable namesrv=%s error=%s", addr, err)
+                return
+            self._on_registered(addr, answer)
 
     async def unregister(self) -> None:
         """UNREGISTER_BROKER to every name server (shutdown); failures are logged. No

@@ -13,10 +13,11 @@ Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
   controller involved; this is what pyrmq runs today;
 - controller mode: the store starts fenced (writes refused with 14) and the broker does not
-  register with name servers until the ReplicasManager (not built yet) gives it a role; the
-  AutoSwitchHA service (ha/) listens on `haListenPort`. Until the controller work lands a test
-  fixture may give the role in `broker.conf` (`pyrmqHaRole=master|slave`, see
-  `start_fixed_ha_role`); a master then answers a send SUCCESS only once its replicas acked it;
+  register with name servers until the ReplicasManager (`broker/replicas_manager.py`) has a
+  role from the controller of `controllerAddr`; the AutoSwitchHA service (ha/) listens on
+  `haListenPort`; a master answers a send SUCCESS only once its replicas acked it. A test
+  fixture may instead fix the role in `broker.conf` (`pyrmqHaRole=master|slave`, see
+  `start_fixed_ha_role`; no controller is contacted then);
 - `brokerId != 0` without controller mode (RocketMQ's old master/slave HA) is refused at start.
 
 Graceful stop (`request_stop()`, or SIGTERM/SIGINT with `handle_signals`), in this order:
@@ -73,13 +74,22 @@ from broker.pull_hold import (
     PullHold,
 )
 from broker.rebalance_lock import RebalanceLockManager
+from broker.replicas_manager import (
+    AnyOtherBroker,
+    ReplicasManager,
+    SlaveSync,
+    mark_lost_committed,
+)
 from broker.runtime_stats import RuntimeStats
 from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMessageService
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
+from controller_client.client import ControllerClient, parse_controller_addrs
 from ha.service import AutoSwitchHAService
 from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
 from remoting.server import RemotingServer, ServerLimits
 from store.errors import DataInvariantError
 from store.message_format import HostPort
@@ -147,6 +157,10 @@ class BrokerNode:
         self.metrics: BrokerMetrics | None = None
         self.loop_monitor: LoopMonitor | None = None
         self.ha: AutoSwitchHAService | None = None
+        self.replicas: ReplicasManager | None = None
+        # Slave metadata sync (M11, broker/slave_synchronize.py): started with the master's
+        # address when the ReplicasManager makes this broker a slave, stopped on becoming master.
+        self.slave_sync: SlaveSync | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -176,6 +190,9 @@ class BrokerNode:
         self.store = store
         log.info("store opened root=%s max_phy_offset=%d abnormal=%s", config.store_path_root_dir,
                  report.max_phy_offset, report.abnormal)
+        if report.lost_committed and config.enable_controller_mode:
+            # Durable until the controller has seen this broker come back (M9).
+            await asyncio.to_thread(mark_lost_committed, config.store_path_root_dir)
         loop = asyncio.get_running_loop()
         if self._handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -205,15 +222,20 @@ class BrokerNode:
         config = self.config
         if config.enable_controller_mode:
             store.fenced = True
-            self.ha = AutoSwitchHAService(
-                store, config.to_ha_config(), replica_ids=lambda: fixed_replica_ids(config),
-                propose_sync_state_set=self._propose_sync_state_set,
-            )
+            if config.pyrmq_ha_role:
+                self.ha = AutoSwitchHAService(
+                    store, config.to_ha_config(), replica_ids=lambda: fixed_replica_ids(config),
+                    propose_sync_state_set=self._propose_sync_state_set,
+                )
+            else:
+                self.ha = AutoSwitchHAService(
+                    store, config.to_ha_config(),
+                    replica_ids=lambda: AnyOtherBroker(
+                        lambda: None if self.replicas is None else self.replicas.broker_id),
+                    propose_sync_state_set=self._propose_sync_state_set,
+                )
             with _binding("haListenPort", config.bind_address, config.ha_listen_port):
                 await self.ha.start()
-            if not config.pyrmq_ha_role:
-                log.warning("controller mode: the ReplicasManager is not built yet; the broker "
-                            "stays fenced (writes refused, no name-server registration)")
         config_dir = config.store_path_root_dir / CONFIG_DIR_NAME
         topics = TopicConfigManager(config, ConfigFile(config_dir / TOPICS_FILE_NAME),
                                     wall_ms=system_wall_ms)
@@ -255,6 +277,13 @@ class BrokerNode:
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
+        if config.enable_controller_mode and not config.pyrmq_ha_role:
+            self.replicas = ReplicasManager(
+                config=config, store=store,
+                client=ControllerClient(parse_controller_addrs(config.controller_addr)),
+                broker_addr=self.broker_addr, bump_data_version=topics.next_data_version,
+                slave_sync=self.slave_sync,
+            )
         send = self._register_processors(
             router, store, store_host, boot_ms, topics=topics, groups=groups, offsets=offsets,
             clients=clients, pull_hold=pull_hold, metrics=metrics, runtime_stats=runtime_stats,
@@ -268,13 +297,15 @@ class BrokerNode:
         self.schedule_message_service = schedule
         if self.ha is not None and config.pyrmq_ha_role:
             await self.start_fixed_ha_role(self.ha)
+        replicas = self.replicas
         registration = NamesrvRegistration(
             namesrv_addrs=config.namesrv_addr_list,
             identity=BrokerRegistrationIdentity(
                 cluster_name=config.broker_cluster_name,
                 broker_name=config.broker_name,
                 broker_addr=self.broker_addr,
-                ha_server_addr=f"{config.broker_ip2}:{config.ha_listen_port}",
+                ha_server_addr=f"{config.broker_ip2}:"
+                f"{config.ha_listen_port if self.ha is None else self.ha.ha_port}",
                 broker_id=MASTER_ID,
             ),
             topic_table=lambda: topics.serialize_wrapper(
@@ -282,8 +313,12 @@ class BrokerNode:
             ),
             period_ms=config.register_name_server_period_effective_ms,
             timeout_ms=config.register_broker_timeout_ms,
-            isolated=lambda: store.fenced,
+            isolated=(lambda: store.fenced) if replicas is None else lambda: replicas.isolated,
+            on_registered=None if replicas is None else replicas.on_registered,
         )
+        if replicas is not None:
+            assert self.ha is not None
+            replicas.bind(self.ha, registration)
         self.registration = registration
         topics.add_change_listener(registration.request_register)
         for name, value in (
@@ -350,6 +385,8 @@ class BrokerNode:
             ]
             if self.ha is not None:
                 tasks.append(group.create_task(self.ha.run(), name="ha"))
+            if self.replicas is not None:
+                tasks.append(group.create_task(self.replicas.run(), name="replicas-manager"))
             await self._stop.wait()
             log.info("broker stopping")
             await self._close_quietly()
@@ -368,6 +405,7 @@ class BrokerNode:
             config=config, store=store, topic_configs=topics, subscription_groups=groups,
             pull_hold=pull_hold, metrics=metrics,
             uniq_ids=UniqIdGenerator(store_host.ip), store_host=store_host, replication=self.ha,
+            write_refusal=None if self.replicas is None else self.replicas.write_refusal,
         )
         pull = PullProcessor(
             config=config, store=store, topic_configs=topics, subscription_groups=groups,
@@ -409,6 +447,14 @@ class BrokerNode:
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
         })
+        if self.replicas is not None:
+            replicas = self.replicas
+
+            async def notify_broker_role_changed(_connection: RemotingConnection,
+                                                 request: RemotingCommand) -> RemotingCommand:
+                return await replicas.on_role_change_push(request)
+
+            router.register({RequestCode.NOTIFY_BROKER_ROLE_CHANGED: notify_broker_role_changed})
         return send
 
     async def start_fixed_ha_role(self, ha: AutoSwitchHAService) -> None:
@@ -432,13 +478,12 @@ class BrokerNode:
 
     def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
                                 ) -> None:
-        """Where ALTER_SYNC_STATE_SET will go (the controller work). With a fixed role the
-        proposal is applied at once, as a controller that accepts it would."""
-        if self.ha is None:
+        """To the controller (ALTER_SYNC_STATE_SET, by the ReplicasManager); with a fixed role
+        the proposal is applied at once, as a controller that accepts it would."""
+        if self.replicas is not None:
+            self.replicas.propose_sync_state_set(proposal, sync_state_set_epoch)
             return
-        if not self.config.pyrmq_ha_role:
-            log.warning("no controller: sync_state_set proposal not sent proposal=%s",
-                        sorted(proposal))
+        if self.ha is None or not self.config.pyrmq_ha_role:
             return
         asyncio.get_running_loop().call_soon(
             self.ha.apply_sync_state_set, proposal, sync_state_set_epoch + 1

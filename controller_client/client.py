@@ -15,7 +15,9 @@ first use and reopened after it closes; every request has a deadline (`request_t
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -101,16 +103,22 @@ class ControllerClient:
         self.request_timeout_ms = request_timeout_ms
         self.leader_addr: str | None = None
         self._clients: dict[str, RemotingClient] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
 
     async def _client(self, addr: str) -> RemotingClient:
         client = self._clients.get(addr)
-        if client is None or client.is_closed:
-            host, _, port = addr.rpartition(":")
-            client = await RemotingClient.connect(
-                host, int(port), connect_timeout_ms=self.request_timeout_ms
-            )
-            self._clients[addr] = client
-        return client
+        if client is not None and not client.is_closed:
+            return client
+        # One connect per address at a time (heartbeats and polls run concurrently).
+        async with self._connecting.setdefault(addr, asyncio.Lock()):
+            client = self._clients.get(addr)
+            if client is None or client.is_closed:
+                host, _, port = addr.rpartition(":")
+                client = await RemotingClient.connect(
+                    host, int(port), connect_timeout_ms=self.request_timeout_ms
+                )
+                self._clients[addr] = client
+            return client
 
     async def _invoke(self, addr: str, name: str, request: RemotingCommand) -> RemotingCommand:
         client = await self._client(addr)
@@ -149,6 +157,22 @@ class ControllerClient:
             failures.append(f"{addr}: knows no leader")
         self.leader_addr = None
         raise ControllerUnavailableError("no controller leader: " + "; ".join(failures))
+
+    async def answering(self, addrs: Collection[str]) -> list[str]:
+        """The controllers of `addrs` that answer CONTROLLER_GET_METADATA_INFO now (all asked at
+        once). On a connection that just carried a heartbeat, an answer means that controller
+        has read the heartbeat (a master lease renewal, reliability.md M17)."""
+        request = RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO)
+
+        async def one(addr: str) -> str | None:
+            try:
+                await self._invoke(addr, "CONTROLLER_GET_METADATA_INFO", request)
+            except RemotingError:
+                return None
+            return addr
+
+        results = await asyncio.gather(*(one(addr) for addr in addrs))
+        return [addr for addr in results if addr is not None]
 
     async def get_next_broker_id(self, cluster_name: str, broker_name: str) -> int:
         header = GetNextBrokerIdRequestHeader(cluster_name, broker_name)
@@ -243,16 +267,20 @@ class ControllerClient:
         return ElectMasterResponseHeader.from_ext_fields(response.ext_fields), body
 
     async def heartbeat(self, header: BrokerHeartbeatRequestHeader) -> list[str]:
-        """BROKER_HEARTBEAT oneway to every controller; returns the addresses it failed for."""
-        failed: list[str] = []
+        """BROKER_HEARTBEAT oneway to every controller at once (a controller that is down or
+        slow to connect delays none of the others); returns the addresses it failed for."""
         request = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, header.to_ext_fields())
-        for addr in self.addrs:
+
+        async def one(addr: str) -> str | None:
             try:
                 client = await self._client(addr)
                 await client.invoke_oneway(request, HEARTBEAT_TIMEOUT_MS_DEFAULT)
             except RemotingError:
-                failed.append(addr)
-        return failed
+                return addr
+            return None
+
+        results = await asyncio.gather(*(one(addr) for addr in self.addrs))
+        return [addr for addr in results if addr is not None]
 
     async def get_replica_info(self, broker_name: str) -> ReplicaInfo:
         header = GetReplicaInfoRequestHeader(broker_name)

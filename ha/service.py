@@ -329,6 +329,15 @@ class AutoSwitchHAService:
                      sorted(old), sorted(sss.local), sync_state_set_epoch)
             self._on_ack_or_change()
 
+    def sync_state_set_proposal_failed(self) -> None:
+        """The controller refused (or never answered) the pending proposal: forget it, so the
+        next expand or shrink check proposes again. Safe: the view shrinks back to the set the
+        controller confirmed last, which holds every member a shrink was removing."""
+        sss = self.sync_state_set
+        if sss is not None and sss.pending is not None:
+            sss.pending = None
+            self._on_ack_or_change()
+
     def check_sync_state_set(self) -> None:
         """The periodic shrink (§9.2)."""
         sss = self.sync_state_set

@@ -5,7 +5,8 @@ Checks come in Java's order (`AbstractSendMessageProcessor.msgCheck`, `SendMessa
 with one deliberate difference: the message's own limits (topic length for the store, body size,
 properties size) are checked *before* an unknown topic is auto-created, so a refused message
 changes nothing at all (reliability.md P5). The codes:
-- 14 SERVICE_NOT_AVAILABLE: the store does not take writes (fenced, disk full, closed);
+- 14 SERVICE_NOT_AVAILABLE: the store does not take writes (fenced, disk full, closed), or a
+  controller-mode master's lease ran out (reliability.md M17);
 - 16 NO_PERMISSION: a topic clients may not send to, an order topic on a non-writable broker,
   a transactional message (pyrmq has no transactions);
 - 29 INVALID_PARAMETER: a topic name `TopicValidator` refuses (characters, > 127 or > 255 for
@@ -39,7 +40,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
 from broker.config import BrokerConfig
@@ -215,8 +216,10 @@ class SendProcessor:
         uniq_ids: UniqIdGenerator,
         store_host: HostPort,
         replication: Replication | None = None,
+        write_refusal: Callable[[], str | None] | None = None,
     ) -> None:
         self._config = config
+        self._write_refusal = write_refusal
         self._replication = replication
         self._store = store
         self._topics = topic_configs
@@ -288,6 +291,8 @@ class SendProcessor:
             return "service not available now: the store is fenced (no role that takes writes)"
         if self._store.disk_full:
             return "service not available now: the broker's disk is full"
+        if self._write_refusal is not None:
+            return self._write_refusal()  # the master lease (reliability.md M17)
         return None
 
     # -- the common checks (msgCheck) ------------------------------------------------------
