@@ -113,6 +113,13 @@ def check_supported(config: BrokerConfig) -> None:
             "masters (brokerId=0) or controller mode; RocketMQ's old master/slave HA is not "
             "supported", key="brokerId",
         )
+    if (config.enable_controller_mode and not config.pyrmq_ha_role
+            and not config.controller_addr.strip(" ;")
+            and not config.fetch_controller_addr_by_dns_lookup):
+        raise BrokerConfigError(
+            "enableControllerMode=true needs controllerAddr (the controller's host:port, "
+            "';'-separated for a controller group)", key="controllerAddr",
+        )
 
 
 def resolve_ip(host: str) -> str:

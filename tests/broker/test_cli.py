@@ -105,6 +105,15 @@ async def test_sigterm_stops_gracefully_and_unregisters(tmp_path: Path) -> None:
         assert (tmp_path / "store" / "config" / "topics.json").exists()
 
 
+def test_controller_mode_without_a_controller_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"enableControllerMode=true\nstorePathRootDir={tmp_path / 's'}\n")
+    assert main(["-c", str(conf)]) == EXIT_USAGE
+    assert "enableControllerMode=true needs controllerAddr" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("key", ["listenPort", "haListenPort", "metricsPromExporterPort"])
 def test_a_port_in_use_is_a_one_line_error_naming_its_key(tmp_path: Path, key: str) -> None:
     # Several brokers on one host is the normal set-up: a port another process holds stops
@@ -118,7 +127,7 @@ def test_a_port_in_use_is_a_one_line_error_naming_its_key(tmp_path: Path, key: s
         conf = tmp_path / "broker.conf"
         conf.write_text(
             f"brokerIP1=127.0.0.1\nbrokerIP2=127.0.0.1\nstorePathRootDir={tmp_path / 'store'}\n"
-            "enableControllerMode=true\nmetricsPromExporterHost=127.0.0.1\n"
+            "enableControllerMode=true\npyrmqHaRole=master\nmetricsPromExporterHost=127.0.0.1\n"
             + "".join(f"{k}={v}\n" for k, v in ports.items())
         )
         run = subprocess.run(
