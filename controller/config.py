@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controller.errors import ConfigError
-from controller.properties import parse_properties
 from controller.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
 from remoting.fastjson import java_int
+from remoting.properties import PropertiesSyntaxError, parse_properties
 
 CONTROLLER_STORE_DIR_NAME: Final = "DLedgerController"
 """Java's default `controllerStorePath` is `${user.home}/` + controllerType + "Controller"."""
@@ -111,7 +111,11 @@ def parse_controller_config(
     """
     values: dict[str, Any] = {}
     warnings: list[str] = []
-    for entry in parse_properties(text, source=source):
+    try:
+        entries = parse_properties(text)
+    except PropertiesSyntaxError as err:
+        raise ConfigError(f"{source}:{err.line}: {err.detail}") from err
+    for entry in entries:
         key = _KEYS_BY_NAME.get(entry.key)
         if key is None:
             warnings.append(f"{source}:{entry.line}: unknown key {entry.key} ignored")

@@ -6,33 +6,11 @@ import pytest
 
 from controller.config import ControllerConfig, parse_controller_config
 from controller.errors import ConfigError
-from controller.properties import Property, parse_properties
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("a=1", [(1, "a", "1")], id="equals"),
-        pytest.param("a : 1", [(1, "a", "1")], id="colon-and-blanks"),
-        pytest.param("a 1", [(1, "a", "1")], id="blank-separator"),
-        pytest.param("  a=1 ", [(1, "a", "1 ")], id="leading-blanks-dropped-trailing-kept"),
-        pytest.param("# c\n! c\n\n \t\na=1", [(5, "a", "1")], id="comments-and-blank-lines"),
-        pytest.param("a=x\\\n   y\nb=2", [(1, "a", "xy"), (3, "b", "2")], id="continuation"),
-        pytest.param("a=x\\\\\nb=2", [(1, "a", "x\\"), (2, "b", "2")], id="escaped-backslash-ends"),
-        pytest.param("a\\=b=c", [(1, "a=b", "c")], id="escaped-separator-in-key"),
-        pytest.param("a=\\u00e9\\t\\q", [(1, "a", "é\tq")], id="escapes"),
-        pytest.param("a=1\r\nb=2\rc=3", [(1, "a", "1"), (2, "b", "2"), (3, "c", "3")], id="crlf"),
-        pytest.param("a", [(1, "a", "")], id="key-only"),
-        pytest.param("a==1", [(1, "a", "=1")], id="one-separator-only"),
-    ],
-)
-def test_properties_syntax(text: str, expected: list[tuple[int, str, str]]) -> None:
-    assert parse_properties(text, source="f") == [Property(*entry) for entry in expected]
-
-
-def test_malformed_unicode_escape_names_the_line() -> None:
-    with pytest.raises(ConfigError, match=r"^f:2: malformed \\uXXXX escape \\u12G4$"):
-        parse_properties("a=1\nb=\\u12G4", source="f")
+def test_malformed_unicode_escape_names_the_file_and_line() -> None:
+    with pytest.raises(ConfigError, match=r"^f:2: value of b: malformed \\uxxxx escape \\u12G4$"):
+        parse_controller_config("a=1\nb=\\u12G4", source="f", home="/h")
 
 
 def test_every_key_and_its_default() -> None:
