@@ -37,14 +37,16 @@ def test_every_key_and_its_default() -> None:
 
 def test_unknown_keys_are_warnings_with_their_line() -> None:
     config, warnings = parse_controller_config(
-        "controllerDLegerGroup=group1\nlistenPort=9877\nenableElectUncleanMaster=false\n",
+        "controllerDLegerGroup=group1\nlistenPort=9877\nenableElectUncleanMaster=true\n"
+        "isProcessReadEvent=false\n",
         source="controller.conf",
         home="/h",
     )
     assert config.listen_port == 9877
+    assert config.enable_elect_unclean_master
     assert warnings == [
         "controller.conf:1: unknown key controllerDLegerGroup ignored",
-        "controller.conf:3: unknown key enableElectUncleanMaster ignored",
+        "controller.conf:4: unknown key isProcessReadEvent ignored",
     ]
 
 
@@ -73,6 +75,11 @@ def test_last_duplicate_wins() -> None:
         pytest.param(
             "controllerStorePath=  ", "c.conf:1: controllerStorePath is empty", id="empty"
         ),
+        pytest.param(
+            "enableControllerInNamesrv=yes",
+            "c.conf:1: enableControllerInNamesrv='yes' is not true or false",
+            id="bool",
+        ),
     ],
 )
 def test_bad_values_name_the_file_line_key_and_value(text: str, message: str) -> None:
@@ -90,8 +97,16 @@ def test_print_lists() -> None:
         ("scanNotActiveBrokerInterval", "5000"),
         ("brokerChannelExpiredTime", "120000"),
         ("serverChannelMaxIdleTimeSeconds", "120"),
+        ("enableControllerInNamesrv", "true"),
+        ("controllerListenPort", ""),
+        ("scanInactiveMasterInterval", "5000"),
+        ("electMasterMaxRetryCount", "3"),
+        ("enableElectUncleanMaster", "false"),
+        ("notifyBrokerRoleChanged", "true"),
     ]
     assert config.properties(important_only=True) == [
         ("listenPort", "9876"),
         ("controllerStorePath", "/s"),
+        ("enableControllerInNamesrv", "true"),
+        ("controllerListenPort", ""),
     ]
