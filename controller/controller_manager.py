@@ -113,6 +113,7 @@ class ControllerManager:
         self.heartbeats = BrokerHeartbeatManager()
         self._lock = asyncio.Lock()
         self._event_log: EventLog | None = None
+        self._stopping = False
 
     def open(self) -> int:
         """Open the event log under `controllerStorePath` and replay it; returns the number of
@@ -129,6 +130,11 @@ class ControllerManager:
             len(self.replicas_info.broker_names),
         )
         return len(events)
+
+    def stop(self) -> None:
+        """The server is shutting down: connections closing now are not brokers failing, so
+        they trigger no election."""
+        self._stopping = True
 
     def close(self) -> None:
         if self._event_log is not None:
@@ -169,16 +175,19 @@ class ControllerManager:
                 info.broker_addr,
                 is_master,
             )
-            if is_master:
+            if is_master and not self._stopping:
                 self._spawn(self.trigger_elect_master(broker_name, reason=reason))
 
     def scan_inactive_master(self) -> None:
-        """Elect for every set whose master is not alive while some member is."""
+        """Elect for every set whose master is not alive while some member is. A set without
+        a master (never elected, or cleared by a failed election) is left to its brokers'
+        ELECT_MASTER, as in Java."""
         for broker_name in self.replicas_info.broker_names:
             broker_set = self.replicas_info.broker_set(broker_name)
             assert broker_set is not None
             alive = self._alive(broker_name)
-            if alive and broker_set.master_broker_id not in alive:
+            master = broker_set.master_broker_id
+            if master is not None and alive and master not in alive:
                 self._spawn(self.trigger_elect_master(broker_name, reason="inactive master scan"))
 
     async def trigger_elect_master(self, broker_name: str, *, reason: str) -> None:

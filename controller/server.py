@@ -170,6 +170,8 @@ class ControllerServer:
             finally:
                 # Close the servers before the watchers go, so every request they still answer
                 # finds them; then end every task so that the TaskGroup can exit.
+                if self._controller is not None:
+                    self._controller.stop()
                 await self._server.close()
                 if self._controller_server is not None:
                     await self._controller_server.close()
