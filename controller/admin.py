@@ -10,8 +10,10 @@ Each prints what mqadmin prints for the same command (the `#Key<TAB>value` lines
 prints the cluster, broker name, role id and address columns only: pyrmq-admin does not fetch
 each broker's runtime statistics; electMaster also prints the `#Broker` member lines, which
 mqadmin means to print but never does, as it decodes the response body as a bare
-BrokerMemberGroup while controllers send it nested in an ElectMasterResponseBody). Exit status 0 on success; 1 with one line on stderr naming
-the command, the address and the controller's or broker's answer otherwise; 2 for bad usage.
+BrokerMemberGroup while controllers send it nested in an ElectMasterResponseBody).
+
+Exit status 0 on success; 1 with one line on stderr naming the command, the address and the
+controller's or broker's answer otherwise; 2 for bad usage.
 `-a` may list several controllers separated by `;`: as mqadmin does, the first is asked.
 (`haStatus` is not here yet: it needs GET_BROKER_HA_STATUS on the broker.)
 """
