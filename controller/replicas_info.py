@@ -345,7 +345,8 @@ class ReplicasInfoManager:
         enable_elect_unclean_master: bool,
     ) -> ControllerResult:
         """CONTROLLER_ELECT_MASTER (1002), from a broker (its id) or from the controller itself
-        (`CONTROLLER_TRIGGERED`); replicas-manager.md §9.3."""
+        (`CONTROLLER_TRIGGERED`); replicas-manager.md §9.3. One difference from Java: a broker
+        id that was never applied gets 2010 instead of (on a set's first election) the role."""
         broker_set = self._sets.get(broker_name)
         if broker_set is None:
             return _refused(
@@ -353,6 +354,13 @@ class ReplicasInfoManager:
                 f"broker set {broker_name} is unknown",
             )
         triggered_by_controller = broker_id == CONTROLLER_TRIGGERED
+        if not triggered_by_controller and broker_id not in broker_set.brokers:
+            # Java would make even an unknown id master on a set's first election (no
+            # membership check); a master without an applied id and address helps nobody.
+            return _refused(
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker {broker_id} of {broker_name} has no applied broker id",
+            )
         if broker_set.master_epoch == 0 and not triggered_by_controller:
             new_master: int | None = broker_id  # the set never had a master: the asker wins
         else:

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.broker_heartbeat import (
     BrokerHeartbeatManager,
@@ -30,7 +31,7 @@ from controller.events import (
     encode_event,
 )
 from controller.messages import BrokerReplicasInfo
-from controller.replicas_info import CONTROLLER_TRIGGERED, ReplicasInfoManager
+from controller.replicas_info import CONTROLLER_TRIGGERED, ControllerResult, ReplicasInfoManager
 from controller_client.messages import (
     ElectMasterResponseBody,
     ElectMasterResponseHeader,
@@ -375,6 +376,16 @@ def test_alter_sync_state_set(
         ),
         pytest.param(
             "ids=1,2",
+            3,
+            False,
+            "3",
+            False,
+            R.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            "master=None epoch=0 sss= sss_epoch=0",
+            id="first-election-unknown-id-refused",
+        ),
+        pytest.param(
+            "ids=1,2",
             CONTROLLER_TRIGGERED,
             False,
             "1",
@@ -613,3 +624,103 @@ def test_replaying_encoded_events_rebuilds_the_same_state(events: list[Event]) -
     assert replayed.broker_names == live.broker_names
     for name in live.broker_names:
         assert replayed.broker_set(name) == live.broker_set(name)
+
+
+# -- stateful: any sequence of requests keeps the invariants ------------------------------
+
+
+class ControllerRequests(RuleBasedStateMachine):
+    """Random requests against one broker set, with brokers going up and down. After every
+    step: a refused request changed nothing; epochs never decrease; the master is a member of
+    the SyncStateSet and every member has an applied id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info = ReplicasInfoManager()
+        self.live: dict[int, BrokerLiveInfo] = {}
+
+    def decide(self, result: ControllerResult) -> None:
+        before = drawn(self.info)
+        old = self.info.broker_set(BROKER)
+        if result.code not in (R.SUCCESS, R.CONTROLLER_MASTER_NOT_AVAILABLE):
+            assert result.events == ()
+        for event in result.events:
+            self.info.apply(event)
+        if not result.events:
+            assert drawn(self.info) == before
+        new = self.info.broker_set(BROKER)
+        if old is not None and new is not None:
+            assert new.master_epoch >= old.master_epoch
+            assert new.sync_state_set_epoch >= old.sync_state_set_epoch
+            assert new.next_assign_broker_id >= old.next_assign_broker_id
+
+    @rule(broker_id=st.integers(1, 5), code=st.sampled_from(["same", "other"]))
+    def apply_id(self, broker_id: int, code: str) -> None:
+        check = f"{addr(broker_id)};1" if code == "same" else "10.0.0.9:1;9"
+        self.decide(self.info.apply_broker_id(CLUSTER, BROKER, broker_id, check))
+
+    @rule(broker_id=st.integers(1, 5), epoch=st.integers(-1, 6), offset=st.integers(-1, 300))
+    def heartbeat(self, broker_id: int, epoch: int, offset: int) -> None:
+        self.live[broker_id] = alive(f"{broker_id}:e{epoch}/o{offset}")[broker_id]
+
+    @rule(broker_id=st.integers(1, 5))
+    def broker_dies(self, broker_id: int) -> None:
+        self.live.pop(broker_id, None)
+
+    @rule(broker_id=st.sampled_from([CONTROLLER_TRIGGERED, 1, 2, 3]), designate=st.booleans())
+    def elect(self, broker_id: int, designate: bool) -> None:
+        self.decide(
+            self.info.elect_master(
+                BROKER,
+                broker_id,
+                designate_elect=designate and broker_id != CONTROLLER_TRIGGERED,
+                alive=dict(self.live),
+                enable_elect_unclean_master=False,
+            )
+        )
+
+    @rule(
+        members=st.frozensets(st.integers(1, 5), min_size=1),
+        master_delta=st.integers(-1, 0),
+        sss_delta=st.integers(-1, 0),
+        as_master=st.booleans(),
+    )
+    def alter(
+        self, members: frozenset[int], master_delta: int, sss_delta: int, as_master: bool
+    ) -> None:
+        broker_set = self.info.broker_set(BROKER)
+        if broker_set is None:
+            return
+        master = broker_set.master_broker_id if as_master else 4
+        self.decide(
+            self.info.alter_sync_state_set(
+                BROKER,
+                -1 if master is None else master,
+                broker_set.master_epoch + master_delta,
+                SyncStateSet(members, broker_set.sync_state_set_epoch + sss_delta),
+                alive=dict(self.live),
+            )
+        )
+
+    @rule(broker_id=st.integers(1, 5), living=st.booleans())
+    def clean(self, broker_id: int, living: bool) -> None:
+        self.decide(
+            self.info.clean_broker_data(
+                BROKER, frozenset({broker_id}), clean_living_broker=living, alive=dict(self.live)
+            )
+        )
+
+    @invariant()
+    def master_in_set_and_members_known(self) -> None:
+        broker_set = self.info.broker_set(BROKER)
+        if broker_set is None:
+            return
+        assert broker_set.sync_state_set <= set(broker_set.brokers)
+        if broker_set.master_broker_id is not None and broker_set.master_broker_id in (
+            broker_set.brokers
+        ):
+            assert broker_set.master_broker_id in broker_set.sync_state_set
+
+
+TestControllerRequests = ControllerRequests.TestCase
+TestControllerRequests.settings = settings(max_examples=100, stateful_step_count=30)
