@@ -278,3 +278,26 @@ async def test_state_survives_a_restart_and_heartbeats_do_not(tmp_path: Path) ->
             assert registration.master.master_broker_id is None
         finally:
             await client.close()
+
+
+async def test_inactive_master_scan_elects_when_the_master_never_comes_back(
+    tmp_path: Path,
+) -> None:
+    """After a controller restart nobody is alive; members 2 and 3 heartbeat again, master 1
+    does not: no connection closes and no heartbeat expires, only the scan notices."""
+    async with running(tmp_path) as server:
+        listeners, clients = await three_brokers(addr_of(server.address), tmp_path)
+    await close_all(listeners, clients)
+    async with running(tmp_path) as server:
+        controller = addr_of(server.address)
+        members = [ControllerClient((controller,)) for _ in (2, 3)]
+        try:
+            for index, client in zip((2, 3), members, strict=True):
+                await client.heartbeat(heartbeat(index, epoch=1, max_offset=100 * index))
+            info = await poll_replica_info(
+                members[0], lambda i: i.header.master_broker_id == 3, what="scan elects 3"
+            )
+            assert info.header.master_epoch == 2
+        finally:
+            for client in members:
+                await client.close()
