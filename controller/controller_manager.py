@@ -1,8 +1,9 @@
 """`ControllerManager`: the embedded single-node controller's shell (RocketMQ's ControllerManager
 + a one-node controller, always leader).
 
-It answers the controller codes (remoting-protocol.md §8) from the pure cores: `replicas_info`
-decides a request and returns events, the `event_log` makes them durable, then they are applied
+It answers the controller codes (remoting-protocol.md §8, and GET_CONTROLLER_CONFIG; not
+UPDATE_CONTROLLER_CONFIG: the configuration is read once, at start) from the pure cores:
+`replicas_info` decides a request and returns events, the `event_log` makes them durable, then they are applied
 and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It elects a new master
 as soon as the master's connection to the controller closes (as the Java controller does), when
 the heartbeat scan finds the master expired, and when the inactive-master scan finds a set with
@@ -79,6 +80,7 @@ CONTROLLER_CODES: Final = frozenset(
         RequestCode.CLEAN_BROKER_DATA,
         RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
         RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        RequestCode.GET_CONTROLLER_CONFIG,
     }
 )
 
@@ -290,6 +292,10 @@ class ControllerManager:
                 return request.make_response(
                     ResponseCode.SUCCESS, ext_fields=header.to_ext_fields()
                 )
+            case RequestCode.GET_CONTROLLER_CONFIG:
+                # Java properties text, as Java's MixAll.properties2String writes it.
+                text = "".join(f"{key}={value}\n" for key, value in self._config.properties())
+                return request.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
             case RequestCode.CONTROLLER_GET_NEXT_BROKER_ID:
                 next_id = GetNextBrokerIdRequestHeader.from_ext_fields(request.ext_fields)
                 return _respond(

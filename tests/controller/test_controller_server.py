@@ -28,6 +28,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request_code_not_supported
 from remoting.connection import RemotingConnection
+from remoting.properties import parse_properties
 from remoting.server import RemotingServer, ServerLimits
 from tests.controller.controller_scenarios import (
     BROKER,
@@ -111,6 +112,17 @@ async def test_one_port_serves_both_and_the_controller_port_only_the_controller(
             assert refused.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
             answer = await client.invoke(metadata, 3000)
             assert answer.ext_fields["controllerLeaderAddress"] == addr_of(controller_address)
+
+
+async def test_get_controller_config_is_properties_text(tmp_path: Path) -> None:
+    async with running(tmp_path) as server:
+        request = RemotingCommand.request(RequestCode.GET_CONTROLLER_CONFIG)
+        async with await RemotingClient.connect(*server.address) as client:
+            answer = await client.invoke(request, 3000)
+        assert answer.code == ResponseCode.SUCCESS
+        entries = {e.key: e.value for e in parse_properties(answer.body.decode())}
+        assert entries["enableControllerInNamesrv"] == "true"
+        assert entries["controllerStorePath"] == str(tmp_path / "controller")
 
 
 async def test_disabled_controller_answers_not_supported(tmp_path: Path) -> None:
