@@ -3,8 +3,8 @@
 
 It answers the controller codes (remoting-protocol.md §8, and GET_CONTROLLER_CONFIG; not
 UPDATE_CONTROLLER_CONFIG: the configuration is read once, at start) from the pure cores:
-`replicas_info` decides a request and returns events, the `event_log` makes them durable, then they are applied
-and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It elects a new master
+`replicas_info` decides a request and returns events, the `event_log` makes them durable, then
+they are applied and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It elects a new master
 as soon as the master's connection to the controller closes (as the Java controller does), when
 the heartbeat scan finds the master expired, and when the inactive-master scan finds a set with
 no live master but a live member; after each successful election it pushes
