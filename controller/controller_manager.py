@@ -4,13 +4,12 @@
 It answers the controller codes (remoting-protocol.md §8, and GET_CONTROLLER_CONFIG; not
 UPDATE_CONTROLLER_CONFIG: the configuration is read once, at start) from the pure cores:
 `replicas_info` decides a request and returns events, the `event_log` makes them durable, then
-they are applied and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It elects a new master
-as soon as the master's connection to the controller closes (as the Java controller does), when
-the heartbeat scan finds the master expired, and when the inactive-master scan finds a set with
-no live master but a live member; after each successful election it pushes
-NOTIFY_BROKER_ROLE_CHANGED (1008) to the set's alive brokers (a new connection to each
-broker's registered address, oneway, no retry: the brokers' GET_REPLICA_INFO poll is the
-safety net).
+they are applied and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It
+elects a new master as soon as the master's connection to the controller closes (as the Java
+controller does), when the heartbeat scan finds the master expired, and when the inactive-master
+scan finds a set with no live master but a live member; after each successful election it pushes
+NOTIFY_BROKER_ROLE_CHANGED (1008) to the set's alive brokers (a new connection to each broker's
+registered address, oneway, no retry: the brokers' GET_REPLICA_INFO poll is the safety net).
 
 Invariants:
 - A state-changing request is decided, logged and applied under one lock, so every decision
