@@ -6,6 +6,8 @@ embedded one (tests/controller/test_controller_server.py): both must answer alik
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,20 @@ from store.broker_identity import (
 )
 
 CLUSTER, BROKER = "DefaultCluster", "broker-a"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pyrmq-admin ARGS` as a real process."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "controller.admin", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 async def find_leader(client: ControllerClient, timeout_s: float) -> str:
@@ -128,6 +144,17 @@ async def register_heartbeat_elect_alter(
             BROKER, 1, master_epoch, SyncStateSet(frozenset({1, 2}), sss_epoch)
         )
         assert new_set == SyncStateSet(frozenset({1, 2}), sss_epoch + 1)
+
+        # pyrmq-admin reads both controllers alike.
+        meta = await pyrmq_admin("getControllerMetaData", "-a", addr)
+        assert f"#ControllerLeaderAddress\t{addr}" in meta.stdout.splitlines(), meta.stderr
+        sss = await pyrmq_admin("getSyncStateSet", "-a", addr, "-b", BROKER)
+        lines = sss.stdout.splitlines()
+        assert "#MasterAddr\t127.0.0.1:30911" in lines, sss.stderr
+        assert f"#MasterEpoch\t{master_epoch}" in lines
+        assert "#SyncStateSetNums\t2" in lines
+        assert sum(" InSyncReplica:" in line for line in lines) == 2
+        assert sum(" NotInSyncReplica:" in line for line in lines) == 1
         # The same set again: refused (2013, the proposed set equals the current one).
         with pytest.raises(errors.ControllerAlterSyncStateSetFailedError):
             await client.alter_sync_state_set(

@@ -1,6 +1,7 @@
 """The real `mqadmin` (rocketmq-tools, each release) against pyrmq's embedded controller:
-getControllerMetaData, getSyncStateSet and electMaster succeed and print pyrmq's state. The
-controller's address is also given as the name server (`-n`): one address serves both."""
+getControllerMetaData, getControllerConfig, getSyncStateSet and electMaster succeed and print
+pyrmq's state. The controller's address is also given as the name server (`-n`): one address
+serves both."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ async def test_mqadmin_controller_commands(java_env: JavaEnv, tmp_path: Path) ->
                 java_env.mqadmin, addr, "getControllerMetaData", "-a", addr
             )
             assert f"#ControllerLeaderAddress\t{addr}" in meta.stdout.splitlines(), meta.stdout
+            config = await asyncio.to_thread(
+                java_env.mqadmin, addr, "getControllerConfig", "-a", addr
+            )
+            assert "enableControllerInNamesrv" in config.stdout, config.stdout
 
             sss = await asyncio.to_thread(
                 java_env.mqadmin, addr, "getSyncStateSet", "-a", addr, "-b", "broker-a"
