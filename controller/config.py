@@ -14,13 +14,17 @@ each mapped to a snake_case field; `brokerChannelExpiredTime` is pyrmq's (a cons
 | `enableControllerInNamesrv` | `enable_controller_in_namesrv` | true (Java: false) |
 | `controllerListenPort` | `controller_listen_port` | unset: none (0: any free port) |
 | `scanInactiveMasterInterval` | `scan_inactive_master_interval_ms` | 5000 |
+| `inactiveMasterScanDelay` (pyrmq's) | `inactive_master_scan_delay_ms` | 10000 |
 | `electMasterMaxRetryCount` | `elect_master_max_retry_count` | 3 |
 | `enableElectUncleanMaster` | `enable_elect_unclean_master` | false |
 | `notifyBrokerRoleChanged` | `notify_broker_role_changed` | true |
 
 With `enableControllerInNamesrv` the controller codes are served on `listenPort` beside the
 name-server codes (one address is both `namesrvAddr` and `controllerAddr`), and, if
-`controllerListenPort` is set, on that second port alone (like RocketMQ's 9878). Its event log
+`controllerListenPort` is set, on that second port alone (like RocketMQ's 9878).
+`inactiveMasterScanDelay` keeps the inactive-master scan from running that long after start:
+the live-broker table starts empty, and a slave whose first heartbeat beats the master's must
+not make the controller replace a healthy master. Its event log
 lives in `controllerStorePath`. `scanNotActiveBrokerInterval` paces both the name server's and
 the controller's expiry scans.
 
@@ -59,6 +63,7 @@ class ControllerConfig:
     enable_controller_in_namesrv: bool = True
     controller_listen_port: int | None = None
     scan_inactive_master_interval_ms: int = 5_000
+    inactive_master_scan_delay_ms: int = 10_000
     elect_master_max_retry_count: int = 3
     enable_elect_unclean_master: bool = False
     notify_broker_role_changed: bool = True
@@ -135,6 +140,7 @@ _KEYS: Final = (
     _Key(
         "scanInactiveMasterInterval", "scan_inactive_master_interval_ms", _int_in(1, _INT32_MAX)
     ),
+    _Key("inactiveMasterScanDelay", "inactive_master_scan_delay_ms", _int_in(0, _INT32_MAX)),
     _Key("electMasterMaxRetryCount", "elect_master_max_retry_count", _int_in(1, 100)),
     _Key("enableElectUncleanMaster", "enable_elect_unclean_master", _bool),
     _Key("notifyBrokerRoleChanged", "notify_broker_role_changed", _bool),

@@ -184,11 +184,18 @@ class ReplicasInfoManager:
                 if event.broker_ids is None or set(old.brokers) <= event.broker_ids:
                     del self._sets[event.broker_name]
                     return
-                self._sets[event.broker_name] = replace(
+                cleaned = replace(
                     old,
                     brokers={i: r for i, r in old.brokers.items() if i not in event.broker_ids},
                     sync_state_set=old.sync_state_set - event.broker_ids,
                 )
+                if old.master_broker_id in event.broker_ids:
+                    # The master is gone: clear it as a failed election does (epoch + 1), so
+                    # polling brokers see "no master, higher epoch" and ask for an election.
+                    cleaned = replace(
+                        cleaned, master_broker_id=None, master_epoch=old.master_epoch + 1
+                    )
+                self._sets[event.broker_name] = cleaned
 
     # -- requests --------------------------------------------------------------------------
 
@@ -447,7 +454,9 @@ class ReplicasInfoManager:
         alive: Mapping[int, BrokerLiveInfo],
     ) -> ControllerResult:
         """CLEAN_BROKER_DATA (1011): forget a broker set (`broker_ids` None) or some of its
-        ids. Unknown set or ids, or a living broker without `clean_living_broker`: 2009."""
+        ids. Unknown set or ids, or a living broker without `clean_living_broker`: 2009.
+        Cleaning the master's id also clears the master and raises masterEpoch (pyrmq's
+        choice: a master without an id would be stuck in the set)."""
         invalid = ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
         broker_set = self._sets.get(broker_name)
         if broker_set is None:

@@ -218,6 +218,8 @@ class ControllerServer:
     async def _scan_inactive_master_loop(self) -> None:
         assert self._controller is not None
         interval_s = self._config.scan_inactive_master_interval_ms / 1000
+        # The live table starts empty: let every broker heartbeat before judging masters.
+        await asyncio.sleep(self._config.inactive_master_scan_delay_ms / 1000)
         while True:
             await asyncio.sleep(interval_s)
             self._controller.scan_inactive_master()

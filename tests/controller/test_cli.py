@@ -49,6 +49,7 @@ def test_print_config_items_and_exit(tmp_path: Path) -> None:
         "enableControllerInNamesrv=true",
         "controllerListenPort=",
         "scanInactiveMasterInterval=5000",
+        "inactiveMasterScanDelay=10000",
         "electMasterMaxRetryCount=3",
         "enableElectUncleanMaster=false",
         "notifyBrokerRoleChanged=true",

@@ -100,6 +100,7 @@ def test_print_lists() -> None:
         ("enableControllerInNamesrv", "true"),
         ("controllerListenPort", ""),
         ("scanInactiveMasterInterval", "5000"),
+        ("inactiveMasterScanDelay", "10000"),
         ("electMasterMaxRetryCount", "3"),
         ("enableElectUncleanMaster", "false"),
         ("notifyBrokerRoleChanged", "true"),

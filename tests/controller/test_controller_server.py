@@ -50,6 +50,7 @@ async def running(tmp_path: Path, **settings: Any) -> AsyncIterator[ControllerSe
             controller_store_path=str(tmp_path / "controller"),
             scan_not_active_broker_interval_ms=50,
             scan_inactive_master_interval_ms=50,
+            inactive_master_scan_delay_ms=0,
         ),
         **settings,
     )

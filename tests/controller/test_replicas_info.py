@@ -518,6 +518,10 @@ def test_unknown_set_answers() -> None:
             "4", False, "", R.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, "ids=1,2,3", id="unknown-id"
         ),
         pytest.param(
+            "1", False, "", R.SUCCESS, "ids=2,3 next=4 master=None epoch=3 sss=2 ",
+            id="master-cleared-epoch-up",
+        ),
+        pytest.param(
             "2", False, "", R.SUCCESS, "ids=1,3 next=4 master=1 epoch=2 sss=1 ", id="leaves-sss"
         ),
     ],
