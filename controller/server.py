@@ -118,7 +118,8 @@ class ControllerServer:
 
     @property
     def broker_connections(self) -> int:
-        """Open connections that carried a REGISTER_BROKER (each has a close watcher)."""
+        """Open connections that carried a REGISTER_BROKER or a controller request (each has
+        a close watcher)."""
         return len(self._connections)
 
     @property

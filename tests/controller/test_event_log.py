@@ -163,3 +163,29 @@ async def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
         process.terminate()
         async with asyncio.timeout(20):
             assert await process.wait() == 0
+
+
+async def test_a_damaged_log_refuses_the_start_with_one_line(tmp_path: Path) -> None:
+    log, _ = EventLog.open(tmp_path / "store")
+    log.append_sync(tuple(events(2)))
+    log.close()
+    path = tmp_path / "store" / EVENT_LOG_FILE_NAME
+    data = bytearray(path.read_bytes())
+    data[RECORD_HEADER.size] ^= 0xFF  # the first record's payload: damage, not a torn tail
+    path.write_bytes(bytes(data))
+    conf = tmp_path / "controller.conf"
+    conf.write_text(
+        f"listenPort={free_port()}\nbindAddress=127.0.0.1\n"
+        f"controllerStorePath={tmp_path / 'store'}\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "controller", "-c", str(conf),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    assert process.returncode == 1
+    errors = [line for line in stderr.decode().splitlines() if " ERROR " in line]
+    assert len(errors) == 1
+    assert "cannot start the controller: event log" in errors[0]
+    assert "record 0 at byte 0: crc32" in errors[0]
