@@ -130,7 +130,8 @@ def decode_event(data: bytes) -> Event:
         raise EventDecodeError(f"event is not JSON: {err}") from err
     if not isinstance(value, dict):
         raise EventDecodeError(f"event is not a JSON object: {value!r:.80}")
-    cls = _TYPES.get(value.get("type"))  # type: ignore[arg-type]
+    name = value.get("type")
+    cls = _TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise EventDecodeError(f"unknown event type {value.get('type')!r}")
     fields = {name: _field(value, name, kind) for name, kind in _KINDS[cls].items()}

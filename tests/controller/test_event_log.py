@@ -5,6 +5,8 @@ controller process loses nothing it acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.errors import EventLogCorruptError, TruncatedLastRecordError
+from controller.errors import EventDecodeError, EventLogCorruptError, TruncatedLastRecordError
 from controller.event_log import (
     EVENT_LOG_FILE_NAME,
     RECORD_HEADER,
@@ -22,7 +24,13 @@ from controller.event_log import (
     encode_record,
     read_records,
 )
-from controller.events import ApplyBrokerIdEvent, ElectMasterEvent, Event
+from controller.events import (
+    ApplyBrokerIdEvent,
+    ElectMasterEvent,
+    Event,
+    decode_event,
+    encode_event,
+)
 from controller_client.client import ControllerClient
 from tests.interop.network import free_port
 
@@ -189,3 +197,39 @@ async def test_a_damaged_log_refuses_the_start_with_one_line(tmp_path: Path) -> 
     assert len(errors) == 1
     assert "cannot start the controller: event log" in errors[0]
     assert "record 0 at byte 0: crc32" in errors[0]
+
+
+@given(data=st.binary(max_size=200))
+def test_arbitrary_bytes_give_records_or_a_typed_error(data: bytes) -> None:
+    try:
+        payloads = read_records(data, source="fuzz")
+    except (TruncatedLastRecordError, EventLogCorruptError):
+        return
+    for payload in payloads:
+        with contextlib.suppress(EventDecodeError):
+            decode_event(payload)
+
+
+@given(
+    payload=st.one_of(
+        st.binary(max_size=80),
+        st.builds(
+            lambda obj: json.dumps(obj).encode(),
+            st.dictionaries(
+                st.sampled_from(["type", "broker_name", "broker_id", "sync_state_set"]),
+                st.one_of(
+                    st.sampled_from(["ElectMaster", "AlterSyncStateSet", "x"]),
+                    st.integers(),
+                    st.none(),
+                    st.lists(st.integers(), max_size=3),
+                ),
+            ),
+        ),
+    )
+)
+def test_decode_event_gives_an_event_or_event_decode_error(payload: bytes) -> None:
+    try:
+        event = decode_event(payload)
+    except EventDecodeError:
+        return
+    assert decode_event(encode_event(event)) == event
