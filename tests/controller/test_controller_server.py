@@ -314,3 +314,51 @@ async def test_inactive_master_scan_elects_when_the_master_never_comes_back(
         finally:
             for client in members:
                 await client.close()
+
+
+async def test_bad_controller_requests_fail_alone(tmp_path: Path) -> None:
+    """Missing or ill-typed fields and bodies that do not parse: each request is answered with
+    an error, the connection stays open and nothing changes."""
+    bad = [
+        (RequestCode.CONTROLLER_APPLY_BROKER_ID, {"clusterName": CLUSTER}, b""),
+        (
+            RequestCode.CONTROLLER_APPLY_BROKER_ID,
+            {"clusterName": CLUSTER, "brokerName": BROKER, "appliedBrokerId": "x",
+             "registerCheckCode": "a;1"},
+            b"",
+        ),
+        (RequestCode.CONTROLLER_REGISTER_BROKER, {"brokerName": BROKER}, b""),
+        (RequestCode.CONTROLLER_GET_REPLICA_INFO, {}, b""),
+        (
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            {"brokerName": BROKER, "masterBrokerId": "1", "masterEpoch": "1",
+             "invokeTime": "0"},
+            b"{not json",
+        ),
+        (
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            {"brokerName": BROKER, "masterBrokerId": "1", "masterEpoch": "1",
+             "invokeTime": "0"},
+            b'{"syncStateSet":"1","syncStateSetEpoch":1}',
+        ),
+        (RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": BROKER}, b""),
+        (RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, b'{"a":1}'),
+        (RequestCode.CLEAN_BROKER_DATA, {"brokerName": BROKER,
+                                         "brokerControllerIdsToClean": "1;x"}, b""),
+        (RequestCode.BROKER_HEARTBEAT, {"brokerName": BROKER}, b""),
+    ]  # fmt: skip
+    async with running(tmp_path) as server:
+        controller = addr_of(server.address)
+        listeners, clients = await three_brokers(controller, tmp_path)
+        try:
+            before = await clients[0].get_replica_info(BROKER)
+            async with await RemotingClient.connect(*server.address) as raw:
+                for code, fields, body in bad:
+                    answer = await raw.invoke(RemotingCommand.request(code, fields, body), 3000)
+                    assert answer.code != ResponseCode.SUCCESS, (code, fields, body)
+                    assert answer.remark, (code, answer)
+                assert not raw.is_closed
+            assert await clients[0].get_replica_info(BROKER) == before
+            assert await clients[0].get_next_broker_id(CLUSTER, BROKER) == 4
+        finally:
+            await close_all(listeners, clients)
