@@ -46,6 +46,11 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 
 
+def _java(value: object) -> str:
+    """A value as Java's printf %s shows it (null for a missing one)."""
+    return "null" if value is None else str(value)
+
+
 class AdminError(Exception):
     """A command failed: the message names the request, the address and the answer."""
 
@@ -95,9 +100,9 @@ async def get_controller_metadata(args: argparse.Namespace) -> None:
         RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO),
     )
     header = GetMetaDataResponseHeader.from_ext_fields(response.ext_fields)
-    print(f"\n#ControllerGroup\t{header.group}", end="")
-    print(f"\n#ControllerLeaderId\t{header.controller_leader_id}", end="")
-    print(f"\n#ControllerLeaderAddress\t{header.controller_leader_address}", end="")
+    print(f"\n#ControllerGroup\t{_java(header.group)}", end="")
+    print(f"\n#ControllerLeaderId\t{_java(header.controller_leader_id)}", end="")
+    print(f"\n#ControllerLeaderAddress\t{_java(header.controller_leader_address)}", end="")
     for peer in filter(None, (header.peers or "").split(";")):
         print(f"\n#Peer:\t{peer}", end="")
     print()
@@ -117,7 +122,7 @@ async def get_sync_state_set(args: argparse.Namespace) -> None:
     table = BrokerReplicasInfo.decode(response.body).replicas_info_table
     for name, info in table.items():
         print(
-            f"\n#brokerName\t{name}\n#MasterAddr\t{info.master_address}\n"
+            f"\n#brokerName\t{name}\n#MasterAddr\t{_java(info.master_address)}\n"
             f"#MasterEpoch\t{info.master_epoch}\n#SyncStateSetEpoch\t{info.sync_state_set_epoch}\n"
             f"#SyncStateSetNums\t{len(info.in_sync_replicas)}"
         )
@@ -151,9 +156,9 @@ async def elect_master(args: argparse.Namespace) -> None:
     body = ElectMasterResponseBody.decode(response.body) if response.body else None
     print(f"\n#ClusterName\t{header.cluster_name}", end="")
     print(f"\n#BrokerName\t{header.broker_name}", end="")
-    print(f"\n#BrokerMasterAddr\t{answer.master_address}", end="")
-    print(f"\n#MasterEpoch\t{answer.master_epoch}", end="")
-    print(f"\n#SyncStateSetEpoch\t{answer.sync_state_set_epoch}")
+    print(f"\n#BrokerMasterAddr\t{_java(answer.master_address)}", end="")
+    print(f"\n#MasterEpoch\t{_java(answer.master_epoch)}", end="")
+    print(f"\n#SyncStateSetEpoch\t{_java(answer.sync_state_set_epoch)}")
     group = None if body is None else body.broker_member_group
     if isinstance(group, dict) and isinstance(group.get("brokerAddrs"), dict):
         addrs = group["brokerAddrs"]
