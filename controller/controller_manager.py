@@ -115,6 +115,7 @@ class ControllerManager:
         self._lock = asyncio.Lock()
         self._event_log: EventLog | None = None
         self._stopping = False
+        self._electing: set[str] = set()
 
     def open(self) -> int:
         """Open the event log under `controllerStorePath` and replay it; returns the number of
@@ -193,7 +194,25 @@ class ControllerManager:
 
     async def trigger_elect_master(self, broker_name: str, *, reason: str) -> None:
         """A controller-triggered election, retried up to `electMasterMaxRetryCount` times
-        while it fails (each failed attempt still clears the master and bumps masterEpoch)."""
+        while it fails (each failed attempt still clears the master and bumps masterEpoch).
+        One at a time per broker set, and only while the set has a master that is not alive: a
+        trigger that finds one running, or the matter settled, is dropped, so a channel close
+        and a scan seeing the same dead master do not both bump the epoch."""
+        if broker_name in self._electing or not self._master_inactive(broker_name):
+            return  # running already, or settled meanwhile (new master, or cleared)
+        self._electing.add(broker_name)
+        try:
+            await self._elect_with_retries(broker_name, reason=reason)
+        finally:
+            self._electing.discard(broker_name)
+
+    def _master_inactive(self, broker_name: str) -> bool:
+        broker_set = self.replicas_info.broker_set(broker_name)
+        if broker_set is None or broker_set.master_broker_id is None:
+            return False
+        return broker_set.master_broker_id not in self._alive(broker_name)
+
+    async def _elect_with_retries(self, broker_name: str, *, reason: str) -> None:
         for attempt in range(1, self._config.elect_master_max_retry_count + 1):
             result = await self._decide_and_apply(
                 lambda: self.replicas_info.elect_master(
