@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Final
 
 from broker.errors import BrokerConfigError
-from broker.properties import PropertyEntry, parse_properties
 from ha.config import HAConfig
 from remoting.fastjson import java_int
+from remoting.properties import PropertiesSyntaxError, PropertyEntry, parse_properties
 from store.config import FlushDiskType, StoreConfig
 from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 
@@ -611,7 +611,7 @@ def load_broker_config(
         raise BrokerConfigError(f"cannot read the config file: {err}", path=str(path)) from err
     try:
         entries = parse_properties(text)
-    except BrokerConfigError as err:
+    except PropertiesSyntaxError as err:
         raise BrokerConfigError(err.detail, path=str(path), line=err.line) from err
     return config_from_properties(entries, path=str(path), overrides=overrides)
 

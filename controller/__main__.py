@@ -1,4 +1,4 @@
-"""`pyrmq-controller -c controller.conf [-p | -m]`: the embedded name server (controller to come).
+"""`pyrmq-controller -c controller.conf [-p | -m]`: the embedded name server and controller.
 
 - `-c FILE`: the configuration (`controller.conf`, RocketMQ properties; see `controller.config`).
   Without it every key has its default.
@@ -7,7 +7,8 @@
 
 Runs on uvloop until SIGTERM or SIGINT, which stop it gracefully (requests in flight are
 answered, connections closed) with exit status 0. A bad configuration exits with status 1 and one
-line naming the file, the line and the value; an address that cannot be bound exits with 1 too.
+line naming the file, the line and the value; an address that cannot be bound, or a damaged
+controller event log (other than a torn last record), exits with 1 too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import uvloop
 
 from controller.config import ControllerConfig, parse_controller_config
-from controller.errors import ConfigError
+from controller.errors import ConfigError, ControllerError
 from controller.server import ControllerServer
 
 log = logging.getLogger("controller")
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.run(_serve(config))
     except OSError as err:
         log.error("cannot serve on %s:%d: %s", config.bind_address, config.listen_port, err)  # noqa: TRY400
+        return EXIT_FAILURE
+    except ControllerError as err:  # the event log cannot be trusted: refuse to start
+        log.error("cannot start the controller: %s", err)  # noqa: TRY400
         return EXIT_FAILURE
     return EXIT_OK
 

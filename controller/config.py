@@ -11,6 +11,22 @@ each mapped to a snake_case field; `brokerChannelExpiredTime` is pyrmq's (a cons
 | `scanNotActiveBrokerInterval` | `scan_not_active_broker_interval_ms` | 5000 |
 | `brokerChannelExpiredTime` | `broker_channel_expired_time_ms` | 120000 |
 | `serverChannelMaxIdleTimeSeconds` | `server_channel_max_idle_time_seconds` | 120 |
+| `enableControllerInNamesrv` | `enable_controller_in_namesrv` | true (Java: false) |
+| `controllerListenPort` | `controller_listen_port` | unset: none (0: any free port) |
+| `scanInactiveMasterInterval` | `scan_inactive_master_interval_ms` | 5000 |
+| `inactiveMasterScanDelay` (pyrmq's) | `inactive_master_scan_delay_ms` | 10000 |
+| `electMasterMaxRetryCount` | `elect_master_max_retry_count` | 3 |
+| `enableElectUncleanMaster` | `enable_elect_unclean_master` | false |
+| `notifyBrokerRoleChanged` | `notify_broker_role_changed` | true |
+
+With `enableControllerInNamesrv` the controller codes are served on `listenPort` beside the
+name-server codes (one address is both `namesrvAddr` and `controllerAddr`), and, if
+`controllerListenPort` is set, on that second port alone (like RocketMQ's 9878).
+`inactiveMasterScanDelay` keeps the inactive-master scan from running that long after start:
+the live-broker table starts empty, and a slave whose first heartbeat beats the master's must
+not make the controller replace a healthy master. Its event log
+lives in `controllerStorePath`. `scanNotActiveBrokerInterval` paces both the name server's and
+the controller's expiry scans.
 
 Values are trimmed (Java trims only strings; a number with a trailing blank is silently ignored
 there). A bad value is a `ConfigError` naming the file, the line, the key and the value; an
@@ -26,9 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controller.errors import ConfigError
-from controller.properties import parse_properties
 from controller.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
 from remoting.fastjson import java_int
+from remoting.properties import PropertiesSyntaxError, parse_properties
 
 CONTROLLER_STORE_DIR_NAME: Final = "DLedgerController"
 """Java's default `controllerStorePath` is `${user.home}/` + controllerType + "Controller"."""
@@ -44,12 +60,19 @@ class ControllerConfig:
     scan_not_active_broker_interval_ms: int = 5_000
     broker_channel_expired_time_ms: int = BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
     server_channel_max_idle_time_seconds: int = 120
+    enable_controller_in_namesrv: bool = True
+    controller_listen_port: int | None = None
+    scan_inactive_master_interval_ms: int = 5_000
+    inactive_master_scan_delay_ms: int = 10_000
+    elect_master_max_retry_count: int = 3
+    enable_elect_unclean_master: bool = False
+    notify_broker_role_changed: bool = True
 
     def properties(self, *, important_only: bool = False) -> list[tuple[str, str]]:
         """(key, value) for every key, in the module table's order, as `-p` prints them;
         `important_only` keeps the ones `-m` prints."""
         return [
-            (key.name, str(getattr(self, key.attr)))
+            (key.name, _shown(getattr(self, key.attr)))
             for key in _KEYS
             if key.important or not important_only
         ]
@@ -71,6 +94,23 @@ def _int_in(low: int, high: int) -> Callable[[str], int]:
 
 def _string(text: str) -> str:
     return text
+
+
+def _bool(text: str) -> bool:
+    """Java's `Boolean.parseBoolean` would read anything but "true" as false; a typo in a
+    switch deserves an error instead."""
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("is not true or false")
+    return lowered == "true"
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +135,15 @@ _KEYS: Final = (
         "server_channel_max_idle_time_seconds",
         _int_in(1, _INT32_MAX // 1000),
     ),
+    _Key("enableControllerInNamesrv", "enable_controller_in_namesrv", _bool, important=True),
+    _Key("controllerListenPort", "controller_listen_port", _int_in(0, 65_535), important=True),
+    _Key(
+        "scanInactiveMasterInterval", "scan_inactive_master_interval_ms", _int_in(1, _INT32_MAX)
+    ),
+    _Key("inactiveMasterScanDelay", "inactive_master_scan_delay_ms", _int_in(0, _INT32_MAX)),
+    _Key("electMasterMaxRetryCount", "elect_master_max_retry_count", _int_in(1, 100)),
+    _Key("enableElectUncleanMaster", "enable_elect_unclean_master", _bool),
+    _Key("notifyBrokerRoleChanged", "notify_broker_role_changed", _bool),
 )
 _KEYS_BY_NAME: Final = {key.name: key for key in _KEYS}
 assert {key.attr for key in _KEYS} == {f.name for f in dataclasses.fields(ControllerConfig)}
@@ -111,7 +160,11 @@ def parse_controller_config(
     """
     values: dict[str, Any] = {}
     warnings: list[str] = []
-    for entry in parse_properties(text, source=source):
+    try:
+        entries = parse_properties(text)
+    except PropertiesSyntaxError as err:
+        raise ConfigError(f"{source}:{err.line}: {err.detail}") from err
+    for entry in entries:
         key = _KEYS_BY_NAME.get(entry.key)
         if key is None:
             warnings.append(f"{source}:{entry.line}: unknown key {entry.key} ignored")

@@ -4,6 +4,9 @@
   line, the key and the value. The process exits non-zero before binding anything.
 - `RegisterBrokerRefusedError`: a broker's REGISTER_BROKER is refused (RocketMQ's rule, not a
   protocol violation); the request is answered SYSTEM_ERROR and the connection stays open.
+- `EventLogError` and its subclasses: the controller's event log (`event_log`) is unreadable;
+  `TruncatedLastRecordError` is handled by dropping that one record, the others stop the start.
+- `EventDecodeError`: an event record's JSON is not an event.
 """
 
 from __future__ import annotations
@@ -24,3 +27,25 @@ class RegisterBrokerRefusedError(ControllerError):
     topic, a shape RocketMQ reserves for incremental single-topic updates of a broker that is
     already registered (spec/remoting-protocol.md §7.1, "Quirks").
     """
+
+
+class EventDecodeError(ControllerError):
+    """A controller event record does not decode (a bug or a damaged log)."""
+
+
+class EventLogError(ControllerError):
+    """The controller's event log cannot be read or written."""
+
+
+class EventLogCorruptError(EventLogError):
+    """A record before the last one is damaged: the log cannot be trusted, start refused."""
+
+
+class TruncatedLastRecordError(EventLogError):
+    """The last record is incomplete or fails its CRC: a write cut by a crash before its fsync
+    returned, so it was never acknowledged. `valid_bytes` is where the good records end; the log
+    drops only that record."""
+
+    def __init__(self, message: str, *, valid_bytes: int) -> None:
+        self.valid_bytes = valid_bytes
+        super().__init__(message)

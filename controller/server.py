@@ -1,15 +1,18 @@
-"""`ControllerServer`: the network side of `pyrmq-controller`, serving the name-server codes.
+"""`ControllerServer`: the network side of `pyrmq-controller`: name server and controller.
 
-One `RemotingServer` feeds requests to the pure `RouteInfoManager` and writes its answers:
-REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105),
+One `RemotingServer` on `listenPort` feeds requests to the pure `RouteInfoManager` and writes its
+answers: REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105),
 GET_BROKER_CLUSTER_INFO (106) and GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206, `mqadmin topicList`;
-always enabled, as Java's default `enableAllTopicList=true`); every other code gets
-REQUEST_CODE_NOT_SUPPORTED (3). The controller codes will join them here (same process, same
-port).
+always enabled, as Java's default `enableAllTopicList=true`). With `enableControllerInNamesrv`
+(pyrmq's default) the same port also serves the controller codes (`ControllerManager`), so one
+address is both `namesrvAddr` and `controllerAddr`; `controllerListenPort`, if set, opens a
+second server for the controller codes alone. Every other code gets
+REQUEST_CODE_NOT_SUPPORTED (3).
 
-`run()` owns one TaskGroup holding the expiry scan (every `scanNotActiveBrokerInterval`) and one
-watcher per connection a broker registered on, which tells the route tables when that
-connection closes (RocketMQ's `BrokerHousekeepingService`).
+`run()` owns one TaskGroup holding the expiry scan (every `scanNotActiveBrokerInterval`), the
+controller's inactive-master scan, the role-change pushes and elections, and one watcher per
+connection a broker registered or heartbeated on, which tells the route tables and the
+controller when that connection closes (RocketMQ's `BrokerHousekeepingService`).
 
 Invariants:
 - Every request is answered from the tables as they are after the previous request: handlers
@@ -29,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from controller.config import ControllerConfig
+from controller.controller_manager import CONTROLLER_CODES, ControllerManager
 from controller.errors import RegisterBrokerRefusedError
 from controller.route_body import (
     encode_cluster_info,
@@ -80,7 +84,15 @@ class ControllerServer:
         if limits is None:
             idle_timeout_ms = config.server_channel_max_idle_time_seconds * 1000
             limits = ServerLimits(idle_timeout_ms=idle_timeout_ms)
-        self._server = RemotingServer(self._handle, limits=limits, name="controller")
+        self._server = RemotingServer(self._handle, limits=limits, name="namesrv")
+        self._controller: ControllerManager | None = None
+        self._controller_server: RemotingServer | None = None
+        if config.enable_controller_in_namesrv:
+            self._controller = ControllerManager(config, spawn=self._spawn, clock_ms=clock_ms)
+            if config.controller_listen_port is not None:
+                self._controller_server = RemotingServer(
+                    self._handle_controller_only, limits=limits, name="controller"
+                )
         self._started = asyncio.Event()
         self._stopping = asyncio.Event()
         self._task_group: asyncio.TaskGroup | None = None
@@ -95,8 +107,19 @@ class ControllerServer:
         return self._server.address
 
     @property
+    def controller_address(self) -> tuple[str, int] | None:
+        """The bound (host, port) of `controllerListenPort`, if one is configured."""
+        return None if self._controller_server is None else self._controller_server.address
+
+    @property
+    def controller(self) -> ControllerManager | None:
+        """The embedded controller (None when `enableControllerInNamesrv=false`)."""
+        return self._controller
+
+    @property
     def broker_connections(self) -> int:
-        """Open connections that carried a REGISTER_BROKER (each has a close watcher)."""
+        """Open connections that carried a REGISTER_BROKER or a controller request (each has
+        a close watcher)."""
         return len(self._connections)
 
     @property
@@ -115,25 +138,52 @@ class ControllerServer:
     async def run(self) -> None:
         """Bind `bindAddress:listenPort` and serve until `stop()` or cancellation.
 
-        Raises OSError if the address cannot be bound.
+        Raises OSError if an address cannot be bound, EventLogError if the controller's event
+        log cannot be read.
         """
+        if self._controller is not None:
+            await asyncio.to_thread(self._controller.open)
+        try:
+            await self._serve()
+        finally:
+            if self._controller is not None:
+                self._controller.close()
+
+    async def _serve(self) -> None:
         await self._server.start(self._config.bind_address, self._config.listen_port)
+        try:
+            if self._controller_server is not None:
+                assert self._config.controller_listen_port is not None
+                await self._controller_server.start(
+                    self._config.bind_address, self._config.controller_listen_port
+                )
+        except BaseException:
+            await self._server.close()
+            raise
         async with asyncio.TaskGroup() as task_group:
             self._task_group = task_group
             try:
                 self._spawn(self._scan_not_active_broker_loop())
+                if self._controller is not None:
+                    self._spawn(self._scan_inactive_master_loop())
                 self._started.set()
                 await self._stopping.wait()
             finally:
-                # Close the server before the watchers go, so every request it still answers
+                # Close the servers before the watchers go, so every request they still answer
                 # finds them; then end every task so that the TaskGroup can exit.
+                if self._controller is not None:
+                    self._controller.stop()
                 await self._server.close()
+                if self._controller_server is not None:
+                    await self._controller_server.close()
                 self._task_group = None
                 for task in tuple(self._tasks):
                     task.cancel()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        assert self._task_group is not None
+        if self._task_group is None:  # stopping: nothing new starts
+            coroutine.close()
+            return
         task = self._task_group.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -160,6 +210,20 @@ class ControllerServer:
                 connection = self._connections.get(live_info.channel)
                 if connection is not None:
                     connection.close()  # as Java does; its watcher then finds nothing left
+            if self._controller is not None:
+                for _, info in self._controller.scan_not_active_broker():
+                    connection = self._connections.get(info.channel)
+                    if connection is not None:
+                        connection.close()
+
+    async def _scan_inactive_master_loop(self) -> None:
+        assert self._controller is not None
+        interval_s = self._config.scan_inactive_master_interval_ms / 1000
+        # The live table starts empty: let every broker heartbeat before judging masters.
+        await asyncio.sleep(self._config.inactive_master_scan_delay_ms / 1000)
+        while True:
+            await asyncio.sleep(interval_s)
+            self._controller.scan_inactive_master()
 
     async def _watch_channel(self, connection: RemotingConnection, channel: ChannelId) -> None:
         await connection.wait_closed()
@@ -175,6 +239,8 @@ class ControllerServer:
                 removed.broker_id,
                 removed.broker_set_removed,
             )
+        if self._controller is not None:
+            self._controller.on_channel_close(channel)
 
     def _channel_of(self, connection: RemotingConnection) -> ChannelId:
         channel = self._channel_ids.get(connection)
@@ -200,6 +266,10 @@ class ControllerServer:
                 request.ext_fields,
                 len(request.body),
             )
+        if self._controller is not None and request.code in CONTROLLER_CODES:
+            return await self._controller.handle(
+                connection, self._channel_of(connection), request
+            )
         match request.code:
             case RequestCode.REGISTER_BROKER:
                 return self._register_broker(connection, request)
@@ -215,6 +285,14 @@ class ControllerServer:
                 return request.make_response(ResponseCode.SUCCESS, body=body)
             case _:
                 return request_code_not_supported(request)
+
+    async def _handle_controller_only(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        assert self._controller is not None
+        if request.code not in CONTROLLER_CODES:
+            return request_code_not_supported(request)
+        return await self._controller.handle(connection, self._channel_of(connection), request)
 
     def _register_broker(
         self, connection: RemotingConnection, request: RemotingCommand

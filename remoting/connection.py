@@ -207,6 +207,14 @@ class RemotingConnection(asyncio.Protocol):
         return self._peer
 
     @property
+    def local_address(self) -> str:
+        """This side's `host:port` (the address the peer connected to, on a server)."""
+        if self._transport is None:
+            return "unconnected"
+        host, port = self._transport.get_extra_info("sockname")[:2]
+        return f"{host}:{port}"
+
+    @property
     def is_closing(self) -> bool:
         """True once the connection is closing or closed; nothing more is sent or read."""
         return self._closing

@@ -46,12 +46,21 @@ def test_print_config_items_and_exit(tmp_path: Path) -> None:
         "scanNotActiveBrokerInterval=5000",
         "brokerChannelExpiredTime=120000",
         "serverChannelMaxIdleTimeSeconds=120",
+        "enableControllerInNamesrv=true",
+        "controllerListenPort=",
+        "scanInactiveMasterInterval=5000",
+        "inactiveMasterScanDelay=10000",
+        "electMasterMaxRetryCount=3",
+        "enableElectUncleanMaster=false",
+        "notifyBrokerRoleChanged=true",
     ]
     important = run_cli("-c", str(conf), "-m")
     assert important.returncode == 0, important.stderr
     assert important.stdout.splitlines() == [
         "listenPort=19876",
         f"controllerStorePath={tmp_path}/ctl",
+        "enableControllerInNamesrv=true",
+        "controllerListenPort=",
     ]
 
 

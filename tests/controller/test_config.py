@@ -6,33 +6,11 @@ import pytest
 
 from controller.config import ControllerConfig, parse_controller_config
 from controller.errors import ConfigError
-from controller.properties import Property, parse_properties
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("a=1", [(1, "a", "1")], id="equals"),
-        pytest.param("a : 1", [(1, "a", "1")], id="colon-and-blanks"),
-        pytest.param("a 1", [(1, "a", "1")], id="blank-separator"),
-        pytest.param("  a=1 ", [(1, "a", "1 ")], id="leading-blanks-dropped-trailing-kept"),
-        pytest.param("# c\n! c\n\n \t\na=1", [(5, "a", "1")], id="comments-and-blank-lines"),
-        pytest.param("a=x\\\n   y\nb=2", [(1, "a", "xy"), (3, "b", "2")], id="continuation"),
-        pytest.param("a=x\\\\\nb=2", [(1, "a", "x\\"), (2, "b", "2")], id="escaped-backslash-ends"),
-        pytest.param("a\\=b=c", [(1, "a=b", "c")], id="escaped-separator-in-key"),
-        pytest.param("a=\\u00e9\\t\\q", [(1, "a", "é\tq")], id="escapes"),
-        pytest.param("a=1\r\nb=2\rc=3", [(1, "a", "1"), (2, "b", "2"), (3, "c", "3")], id="crlf"),
-        pytest.param("a", [(1, "a", "")], id="key-only"),
-        pytest.param("a==1", [(1, "a", "=1")], id="one-separator-only"),
-    ],
-)
-def test_properties_syntax(text: str, expected: list[tuple[int, str, str]]) -> None:
-    assert parse_properties(text, source="f") == [Property(*entry) for entry in expected]
-
-
-def test_malformed_unicode_escape_names_the_line() -> None:
-    with pytest.raises(ConfigError, match=r"^f:2: malformed \\uXXXX escape \\u12G4$"):
-        parse_properties("a=1\nb=\\u12G4", source="f")
+def test_malformed_unicode_escape_names_the_file_and_line() -> None:
+    with pytest.raises(ConfigError, match=r"^f:2: value of b: malformed \\uxxxx escape \\u12G4$"):
+        parse_controller_config("a=1\nb=\\u12G4", source="f", home="/h")
 
 
 def test_every_key_and_its_default() -> None:
@@ -59,14 +37,16 @@ def test_every_key_and_its_default() -> None:
 
 def test_unknown_keys_are_warnings_with_their_line() -> None:
     config, warnings = parse_controller_config(
-        "controllerDLegerGroup=group1\nlistenPort=9877\nenableElectUncleanMaster=false\n",
+        "controllerDLegerGroup=group1\nlistenPort=9877\nenableElectUncleanMaster=true\n"
+        "isProcessReadEvent=false\n",
         source="controller.conf",
         home="/h",
     )
     assert config.listen_port == 9877
+    assert config.enable_elect_unclean_master
     assert warnings == [
         "controller.conf:1: unknown key controllerDLegerGroup ignored",
-        "controller.conf:3: unknown key enableElectUncleanMaster ignored",
+        "controller.conf:4: unknown key isProcessReadEvent ignored",
     ]
 
 
@@ -95,6 +75,11 @@ def test_last_duplicate_wins() -> None:
         pytest.param(
             "controllerStorePath=  ", "c.conf:1: controllerStorePath is empty", id="empty"
         ),
+        pytest.param(
+            "enableControllerInNamesrv=yes",
+            "c.conf:1: enableControllerInNamesrv='yes' is not true or false",
+            id="bool",
+        ),
     ],
 )
 def test_bad_values_name_the_file_line_key_and_value(text: str, message: str) -> None:
@@ -112,8 +97,17 @@ def test_print_lists() -> None:
         ("scanNotActiveBrokerInterval", "5000"),
         ("brokerChannelExpiredTime", "120000"),
         ("serverChannelMaxIdleTimeSeconds", "120"),
+        ("enableControllerInNamesrv", "true"),
+        ("controllerListenPort", ""),
+        ("scanInactiveMasterInterval", "5000"),
+        ("inactiveMasterScanDelay", "10000"),
+        ("electMasterMaxRetryCount", "3"),
+        ("enableElectUncleanMaster", "false"),
+        ("notifyBrokerRoleChanged", "true"),
     ]
     assert config.properties(important_only=True) == [
         ("listenPort", "9876"),
         ("controllerStorePath", "/s"),
+        ("enableControllerInNamesrv", "true"),
+        ("controllerListenPort", ""),
     ]

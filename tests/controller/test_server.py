@@ -55,6 +55,7 @@ async def running(
         bind_address="127.0.0.1",
         scan_not_active_broker_interval_ms=50,
         broker_channel_expired_time_ms=broker_channel_expired_time_ms,
+        enable_controller_in_namesrv=False,  # the name server alone (test_controller_server.py)
     )
     server = ControllerServer(settings, limits=ServerLimits(close_timeout_ms=500))
     async with asyncio.TaskGroup() as task_group:

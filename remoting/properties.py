@@ -1,4 +1,6 @@
-"""Java `.properties` text (`java.util.Properties.load`), the syntax of RocketMQ's `broker.conf`.
+"""Java `.properties` text (`java.util.Properties.load`): `broker.conf`, `controller.conf`, and the
+bodies of UPDATE/GET_CONTROLLER_CONFIG. The one reader of the project (broker/ and controller/
+both import it; it imports nothing of ours).
 
 A pure core: text in, `(key, value, line)` entries out. The rules are Java's:
 - natural lines end at `\\n`, `\\r` or `\\r\\n`; leading spaces, tabs and form feeds are skipped;
@@ -10,9 +12,9 @@ A pure core: text in, `(key, value, line)` entries out. The rules are Java's:
 - escapes in keys and values: `\\t \\n \\r \\f`, `\\uXXXX` (exactly four hex digits), and
   `\\` before any other character stands for that character.
 
-Differences from Java, on purpose: the text is UTF-8 (Java reads ISO-8859-1, which only matters
-for non-ASCII bytes), and a malformed `\\uXXXX` raises `BrokerConfigError` naming the line (Java
-throws too, without a line number).
+Differences from Java, on purpose: the caller decodes the bytes (Java reads ISO-8859-1, which only
+matters for non-ASCII bytes), and a malformed `\\uXXXX` raises `PropertiesSyntaxError` naming the
+line (Java throws too, without a line number).
 
 Invariants:
 - Every entry carries the natural line number (1-based) where its logical line starts.
@@ -25,13 +27,20 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from broker.errors import BrokerConfigError
-
 _NATURAL_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
 _WHITESPACE: Final = " \t\f"
 _SEPARATORS: Final = "=:"
 _SIMPLE_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+
+
+class PropertiesSyntaxError(ValueError):
+    """The text is not valid `.properties` syntax; `line` is the 1-based line, `detail` the why."""
+
+    def __init__(self, detail: str, *, line: int) -> None:
+        self.detail = detail
+        self.line = line
+        super().__init__(f"line {line}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +97,7 @@ def _unescape(raw: str, *, line: int, what: str) -> str:
         if char == "u":
             digits = raw[pos : pos + 4]
             if len(digits) != 4 or not set(digits) <= _HEX_DIGITS:
-                raise BrokerConfigError(
+                raise PropertiesSyntaxError(
                     f"{what}: malformed \\uxxxx escape \\u{digits!s}", line=line
                 )
             out.append(chr(int(digits, 16)))
@@ -133,7 +142,7 @@ def _split_key_value(line: str) -> tuple[str, str]:
 def parse_properties(text: str) -> list[PropertyEntry]:
     """Parse `.properties` text into entries in file order.
 
-    Raises `BrokerConfigError` (with the line) for a malformed `\\uXXXX` escape.
+    Raises `PropertiesSyntaxError` (with the line) for a malformed `\\uXXXX` escape.
     """
     entries: list[PropertyEntry] = []
     for line, number in _logical_lines(text):

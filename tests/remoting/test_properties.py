@@ -1,11 +1,11 @@
-"""Java `.properties` syntax (`java.util.Properties.load`), as `broker.conf` is read."""
+"""Java `.properties` syntax (`java.util.Properties.load`): the one reader of broker.conf and
+controller.conf."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.errors import BrokerConfigError
-from broker.properties import PropertyEntry, parse_properties
+from remoting.properties import PropertiesSyntaxError, PropertyEntry, parse_properties
 
 
 def pairs(text: str) -> list[tuple[str, str]]:
@@ -39,6 +39,12 @@ def pairs(text: str) -> list[tuple[str, str]]:
         pytest.param("a=\\q\\\\", [("a", "q\\")], id="other-escapes"),
         pytest.param("a=1\na=2", [("a", "1"), ("a", "2")], id="repeats-kept-in-order"),
         pytest.param("a=1\\", [("a", "1")], id="continuation-at-eof"),
+        pytest.param("a=1\\\\\\", [("a", "1\\")], id="odd-backslashes-at-eof"),
+        pytest.param("a=1\\\n", [("a", "1")], id="continuation-into-empty-last-line"),
+        pytest.param("a=x\\\n\nb=2", [("a", "x"), ("b", "2")], id="continuation-into-blank"),
+        pytest.param("a==1", [("a", "=1")], id="second-separator-is-value"),
+        pytest.param("a : 1", [("a", "1")], id="colon-and-blanks"),
+        pytest.param("\f\t a=1", [("a", "1")], id="formfeed-tab-leading"),
     ],
 )
 def test_properties_syntax(text: str, expected: list[tuple[str, str]]) -> None:
@@ -56,5 +62,5 @@ def test_entries_carry_the_line_where_they_start() -> None:
 
 @pytest.mark.parametrize("text", ["a=\\u12", "a=\\u12zz", "\\uXYZW=1"])
 def test_malformed_unicode_escape_names_the_line(text: str) -> None:
-    with pytest.raises(BrokerConfigError, match=r"line 2: .*malformed \\uxxxx"):
+    with pytest.raises(PropertiesSyntaxError, match=r"line 2: .*malformed \\uxxxx"):
         parse_properties("ok=1\n" + text)
