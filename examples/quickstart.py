@@ -1,6 +1,8 @@
 """Send ten messages to a pyrmq broker and pull them back with pyrmq's own Python client.
 
-Run against `./scripts/run.sh`: `.venv/bin/python examples/quickstart.py`.
+Run against `pyrmq-quickstart` (or `./scripts/run.sh`): `.venv/bin/python examples/quickstart.py`
+asks the name server (`--namesrv`, default 127.0.0.1:9876) which broker is `broker-a`'s master
+(brokerId 0 in its cluster info) and talks to it; `--broker host:port` skips the name server.
 """
 
 from __future__ import annotations
@@ -9,6 +11,25 @@ import argparse
 import asyncio
 
 from broker.client import BrokerClient, Message, Producer, PullConsumer, PullStatus
+from remoting.bodies import ClusterInfo
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+
+
+async def find_master(namesrv: str, broker_name: str) -> str:
+    """The master's address of `broker_name` as the name server lists it (GET_BROKER_CLUSTER_INFO,
+    brokerId 0)."""
+    host, _, port = namesrv.rpartition(":")
+    async with await RemotingClient.connect(host, int(port)) as client:
+        response = await client.invoke(
+            RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3000)
+    if response.code != ResponseCode.SUCCESS:
+        raise SystemExit(f"{namesrv}: GET_BROKER_CLUSTER_INFO answered {response.code}")
+    data = ClusterInfo.decode(response.body).broker_addr_table.get(broker_name)
+    if data is None or 0 not in data.broker_addrs:
+        raise SystemExit(f"{namesrv} lists no master of {broker_name}")
+    return data.broker_addrs[0]
 
 
 async def main(host: str, port: int) -> int:
@@ -38,7 +59,11 @@ async def main(host: str, port: int) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--broker", default="127.0.0.1:10911")
+    parser.add_argument("--namesrv", default="127.0.0.1:9876")
+    parser.add_argument("--broker-name", default="broker-a")
+    parser.add_argument("--broker", help="host:port of a broker (skips the name server)")
     args = parser.parse_args()
-    host, _, port = args.broker.rpartition(":")
+    broker = args.broker or asyncio.run(find_master(args.namesrv, args.broker_name))
+    print(f"broker {broker}")
+    host, _, port = broker.rpartition(":")
     raise SystemExit(asyncio.run(main(host, int(port))))
