@@ -11,11 +11,15 @@ the addresses the controller knows). Stores, generated configs and logs live und
 with the controller, master elected, SyncStateSet of 3, master routed by the name server), then a
 line beginning `pyrmq-quickstart: ready`.
 
-SIGINT (Ctrl-C) or SIGTERM stops the brokers (SIGTERM: their graceful stop), then the controller;
-a child still running after STOP_TIMEOUT_S is killed. Children run in their own session (a
+Once ready, a child that exits (say a master killed with kill -9, to watch a failover) is started
+again on its config and store, and every change of the controller's master, masterEpoch and
+SyncStateSet is printed (`controller: master b2 ...`). SIGINT (Ctrl-C) or SIGTERM stops the
+brokers (SIGTERM: their graceful stop), then the controller; a child still running after
+STOP_TIMEOUT_S is killed. Children run in their own session (a
 terminal's Ctrl-C reaches only this process, which stops them in order) and die with it if it is
-killed (PR_SET_PDEATHSIG). Exit status 0 after a requested stop; 1 if a child exits by itself or
-the group does not come up within START_TIMEOUT_S (the child's log tail is printed).
+killed (PR_SET_PDEATHSIG). Exit status 0 after a requested stop; 1 if the group does not come up
+within START_TIMEOUT_S or a child started again exits within MIN_UPTIME_S (its log tail is
+printed).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ HOST: Final = "127.0.0.1"
 START_TIMEOUT_S: Final = 120.0
 STOP_TIMEOUT_S: Final = 20.0
 POLL_INTERVAL_S: Final = 0.1
+SUPERVISE_INTERVAL_S: Final = 0.3
+MIN_UPTIME_S: Final = 10.0  # a child that exits sooner is not started again
 REQUEST_TIMEOUT_MS: Final = 2_000
 LOG_TAIL_LINES: Final = 20
 READY: Final = "pyrmq-quickstart: ready"
@@ -126,14 +132,38 @@ class Child:
     name: str
     addr: str
     work_dir: Path
-    popen: subprocess.Popen[bytes]
+    module: str
+    conf: Path
+    popen: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarted: bool = False
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self.popen is not None
+        return self.popen
 
     @property
     def log_path(self) -> Path:
         return self.work_dir / "pyrmq.log"
 
+    def spawn(self) -> Child:
+        """Start (or start again, on the same config and store) this child."""
+        command = [sys.executable, "-m", self.module, "-c", str(self.conf)]
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(  # noqa: S603 - our own interpreter and modules
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            )
+        self.started_at = time.monotonic()
+        return self
+
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.process.poll() is None
 
     def tail(self) -> str:
         try:
@@ -145,23 +175,9 @@ class Child:
     def check_alive(self) -> None:
         if not self.alive():
             raise QuickstartError(
-                f"{self.name} ({self.addr}) exited with status {self.popen.returncode}; "
+                f"{self.name} ({self.addr}) exited with status {self.process.returncode}; "
                 f"the end of {self.log_path}:\n{self.tail()}"
             )
-
-
-def _spawn(module: str, name: str, addr: str, work_dir: Path, conf: Path) -> Child:
-    command = [sys.executable, "-m", module, "-c", str(conf)]
-    with (work_dir / "pyrmq.log").open("ab") as log:
-        popen = subprocess.Popen(  # noqa: S603 - our own interpreter and modules
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-        )
-    return Child(name, addr, work_dir, popen)
 
 
 async def _invoke(addr: str, request: RemotingCommand) -> RemotingCommand | None:
@@ -219,7 +235,7 @@ class Quickstart:
             "scanNotActiveBrokerInterval": 1000,
             "scanInactiveMasterInterval": 1000,
         })
-        self.controller = _spawn("controller", "controller", namesrv, work_dir, conf)
+        self.controller = Child("controller", namesrv, work_dir, "controller", conf).spawn()
         say(f"started the controller (also the name server): {namesrv}, log "
             f"{work_dir / 'pyrmq.log'}")
         for name in BROKERS:
@@ -246,7 +262,7 @@ class Quickstart:
                 "autoCreateSubscriptionGroup": True,
                 "storePathRootDir": work_dir / "store",
             })
-            self.brokers.append(_spawn("broker", name, addr, work_dir, conf))
+            self.brokers.append(Child(name, addr, work_dir, "broker", conf).spawn())
             say(f"started {name}: {addr} (HA {HOST}:{ports[f'{name}.ha']}, metrics "
                 f"http://{HOST}:{ports[f'{name}.metrics']}/metrics), log {work_dir / 'pyrmq.log'}")
 
@@ -330,15 +346,15 @@ class Quickstart:
         for group in (self.brokers, [self.controller] if self.controller else []):
             for child in group:
                 if child.alive():
-                    child.popen.send_signal(signal.SIGTERM)
+                    child.process.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT_S
             for child in group:
                 try:
-                    child.popen.wait(max(0.0, deadline - time.monotonic()))
+                    child.process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     say(f"{child.name} did not stop within {STOP_TIMEOUT_S:.0f} s: killing it")
-                    child.popen.kill()
-                    child.popen.wait()
+                    child.process.kill()
+                    child.process.wait()
 
 
 async def _run(quickstart: Quickstart) -> int:
@@ -363,12 +379,40 @@ async def _run(quickstart: Quickstart) -> int:
     say(f"try: .venv/bin/python examples/quickstart.py --namesrv {namesrv}")
     say(f"     .venv/bin/pyrmq-admin getSyncStateSet -a {namesrv} -b {BROKER_NAME}")
     say(f"ready: name server and controller {namesrv}, master {master} (Ctrl-C to stop)")
+    await _supervise(quickstart, stop)
+    return EXIT_OK
+
+
+async def _supervise(quickstart: Quickstart, stop: asyncio.Event) -> None:
+    """Until `stop`: restart a child that exits (a kill -9 to watch a failover) on its config and
+    store, unless it exits again within MIN_UPTIME_S of that restart (QuickstartError); print
+    every change of the controller's master, masterEpoch and SyncStateSet."""
+    assert quickstart.controller is not None
+    controller = quickstart.controller.addr
+    names = {b.addr: b.name for b in quickstart.brokers}
+    shown: tuple[object, ...] | None = None
     while not stop.is_set():
         for child in quickstart.children:
-            child.check_alive()  # a child that dies by itself ends the quickstart
+            if child.alive():
+                continue
+            if child.restarted and time.monotonic() - child.started_at < MIN_UPTIME_S:
+                child.check_alive()  # it cannot start: give up
+            child.restarted = True
+            say(f"{child.name} exited with status {child.process.returncode}; starting it again "
+                "on its store")
+            child.spawn()
+        info = await replicas_info(controller)
+        if info is not None:
+            in_sync = sorted(m.broker_id for m in info.in_sync_replicas)
+            view = (info.master_address, info.master_epoch, in_sync)
+            if shown is not None and view != shown:
+                master = info.master_address or ""
+                say(f"controller: master {names.get(master, '-')} {master or 'none'} "
+                    f"(brokerId {info.master_broker_id}, masterEpoch {info.master_epoch}), "
+                    f"SyncStateSet {in_sync}")
+            shown = view
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=0.5)
-    return EXIT_OK
+            await asyncio.wait_for(stop.wait(), timeout=SUPERVISE_INTERVAL_S)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, signal.SIG_IGN)
         say("stopping")
         quickstart.stop()
-        say("stopped: " + ", ".join(f"{c.name} exit {c.popen.returncode}"
+        say("stopped: " + ", ".join(f"{c.name} exit {c.process.returncode}"
                                    for c in quickstart.children))
     return status
 
