@@ -253,8 +253,16 @@ class PyrmqEnv:
         self._processes.append(process)
         return process
 
-    def start_namesrv(self, *, name: str = "namesrv") -> PyrmqProcess:
-        """Start `python -m controller` (pyrmq's name server) on a free 127.0.0.1 port.
+    def start_namesrv(
+        self,
+        *,
+        name: str = "namesrv",
+        listen_port: int | None = None,
+        store_dir: Path | None = None,
+        extra_conf: Mapping[str, str | int | bool] | None = None,
+    ) -> PyrmqProcess:
+        """Start `python -m controller` (pyrmq's name server and embedded controller) on a free
+        127.0.0.1 port (or `listen_port`, and the event log in `store_dir`, to restart one).
 
         Returns once it answers GET_BROKER_CLUSTER_INFO.
         """
@@ -266,7 +274,8 @@ class PyrmqEnv:
                 {
                     "listenPort": port,
                     "bindAddress": "127.0.0.1",
-                    "controllerStorePath": str(work_dir / "controller-store"),
+                    "controllerStorePath": str(store_dir or work_dir / "controller-store"),
+                    **(extra_conf or {}),
                 },
             )
             process = self._spawn("controller", config_path, unique, work_dir, f"127.0.0.1:{port}")
@@ -279,7 +288,7 @@ class PyrmqEnv:
                 )
             return process
 
-        return self._start_on_free_port(start, None)
+        return self._start_on_free_port(start, listen_port)
 
     def start_broker(
         self,

@@ -1,0 +1,209 @@
+"""Three pyrmq brokers in controller mode under pyrmq's EMBEDDED controller: no Java at all.
+
+The failover scenarios of tests/interop/test_controller_mode.py (same broker settings, load,
+checks and helpers) with `pyrmq-controller` (one address is the name server and the
+controller) in place of the Java ControllerStartup, seeded (`PYRMQ_SEED` replays one), each
+printing acked / lost / failover seconds:
+- kill -9 of the master under an allAck (sync-ack) load: no acknowledged message is lost, the
+  controller elects a new master from the SyncStateSet, the old master restarted on its store
+  rejoins as a slave and cuts only its unconfirmed tail (all commitlogs end byte-identical),
+  `pyrmq-admin getSyncStateSet` shows the new master and all three in the set, and no queue
+  offset is handed out twice;
+- kill -9 of everything, the controller included, under load, then a restart on the same stores
+  and ports: the controller replays its event log (same broker ids, masterEpoch goes on from
+  where it was), a master serves again with all three in its SyncStateSet, nothing acked lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+from tests.interop.test_controller_mode import (
+    START_TIMEOUT_S,
+    Group,
+    Load,
+    check_no_loss,
+    commitlog,
+    controller_id,
+    first_success,
+    role_of,
+    sync_state_set_of,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+REPO = Path(__file__).resolve().parents[2]
+# The embedded controller scans as often as the Java one in test_controller_mode.py.
+CONTROLLER_CONF: dict[str, str | int | bool] = {
+    "scanNotActiveBrokerInterval": 1000,
+    "scanInactiveMasterInterval": 1000,
+}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
+    with PyrmqEnv(tmp_path / "pyrmq") as made:
+        yield made
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
+    print(f"seed={value} (PYRMQ_SEED={value} replays it)")
+    return value
+
+
+def start_embedded_group(env: PyrmqEnv, controller_store: Path) -> Group:
+    """pyrmq-controller (name server and controller on one address) and brokers b1..b3."""
+    namesrv = env.start_namesrv(name="controller", store_dir=controller_store,
+                                extra_conf=CONTROLLER_CONF)
+    group = Group(namesrv.addr, namesrv, [])
+    for name in ("b1", "b2", "b3"):
+        group.brokers.append(group.start_broker(env, name))
+    master = group.master()
+    assert sorted(controller_id(p) for p in group.brokers) == [1, 2, 3]
+    wait_until(lambda: sync_state_set_of(master) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="both slaves in the master's SyncStateSet", process=master)
+    return group
+
+
+def pyrmq_admin(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "controller.admin", *args], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def wait_for_master(group: Group) -> PyrmqProcess:
+    def one_master() -> bool:
+        return sum((role_of(p) or ("", 0))[0] == "master" for p in group.brokers) == 1
+
+    wait_until(one_master, timeout_s=START_TIMEOUT_S, what="one broker became master")
+    return group.master()
+
+
+async def test_kill_the_master_under_sync_ack_load(
+    env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    rng = random.Random(seed)
+    group = start_embedded_group(env, tmp_path / "controller-store")
+    old = group.master()
+    old_id, old_port = controller_id(old), old.port
+    load = Load(rng, milestone=rng.randint(300, 1500))
+    stop = asyncio.Event()
+
+    async def killer() -> None:
+        await load.reached.wait()
+        old.kill()  # SIGKILL with sends in flight
+        stop.set()
+
+    started = time.monotonic()
+    await asyncio.gather(load.run(old.addr, tag="before", until=stop), killer())
+    killed_at = time.monotonic()
+    acked_before = len(load.acked)
+    others = [p for p in group.brokers if p is not old]
+    new = await first_success(others, load, deadline_s=30)
+    failover_s = time.monotonic() - killed_at
+    role = role_of(new)
+    assert role is not None
+    assert role[0] == "master"
+    assert role[1] >= 2
+    await load.run(new.addr, tag="after", until=asyncio.Event(), count=300)
+
+    back = group.start_broker(env, "b-old", store_dir=old.store_dir, listen_port=old_port)
+    group.brokers.append(back)
+    assert controller_id(back) == old_id
+    wait_until(lambda: (role_of(back) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
+               what="the old master rejoined as a slave", process=back)
+    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="the old master caught up and rejoined the SyncStateSet", process=back)
+    await load.run(new.addr, tag="rejoined", until=asyncio.Event(), count=200)
+    shown = pyrmq_admin("getSyncStateSet", "-a", group.controller, "-b", "broker-a")
+    assert re.search(rf"#MasterAddr\s+{re.escape(new.addr)}\b", shown), shown
+    assert sorted(int(i) for i in re.findall(r"InSyncReplica:.*brokerId=(\d+),.*alive=true",
+                                              shown)) == [1, 2, 3], shown
+
+    survivors = [p for p in group.brokers if p is not old]
+    lost = check_no_loss(group, load, survivors=survivors)
+    print(f"embedded controller, kill -9 of the master: acked={len(load.acked)} (before the "
+          f"kill {acked_before}) lost={lost} failover_s={failover_s:.2f} "
+          f"refused={load.refused} unknown={load.unknown} "
+          f"total_s={time.monotonic() - started:.1f}")
+    assert lost == 0
+    assert len(set(load.offsets)) == len(load.offsets)
+    expected = commitlog(new)
+    for process in survivors:
+        assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
+
+
+async def test_kill_everything_including_the_controller_and_restart(
+    env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    rng = random.Random(seed)
+    controller_store = tmp_path / "controller-store"
+    group = start_embedded_group(env, controller_store)
+    master = group.master()
+    ids = {p.name: controller_id(p) for p in group.brokers}
+    epoch_before = (role_of(master) or ("", 0))[1]
+    load = Load(rng, milestone=rng.randint(300, 1500))
+    stop = asyncio.Event()
+    victims = [group.namesrv, *group.brokers]
+    rng.shuffle(victims)
+
+    async def killer() -> None:
+        await load.reached.wait()
+        for process in victims:  # SIGKILL, in a seeded order, with sends in flight
+            process.kill()
+        stop.set()
+
+    await asyncio.gather(load.run(master.addr, tag="before", until=stop), killer())
+    acked_before = len(load.acked)
+
+    started = time.monotonic()
+    namesrv = env.start_namesrv(name="controller-again", store_dir=controller_store,
+                                listen_port=group.namesrv.port, extra_conf=CONTROLLER_CONF)
+    old = group.brokers
+    group = Group(namesrv.addr, namesrv, [])
+    # All at once: the replayed SyncStateSet may hold one broker only (the controller, if it
+    # outlived some brokers, elected a new master with a set of itself), and the others wait
+    # for it (no unclean election), unregistered with the name server until they have a role.
+    group.brokers = list(await asyncio.gather(*(asyncio.to_thread(
+        group.start_broker, env, f"{process.name}-again", store_dir=process.store_dir,
+        listen_port=process.port) for process in old)))
+    assert {p.name.removesuffix("-again"): controller_id(p) for p in group.brokers} == ids
+    new = wait_for_master(group)
+    role = role_of(new)
+    assert role is not None
+    assert role[1] >= epoch_before  # the replayed log goes on; no epoch went back
+    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+               what="all three back in the SyncStateSet", process=new)
+    recovered_s = time.monotonic() - started
+    await load.run(new.addr, tag="after", until=asyncio.Event(), count=300)
+    shown = pyrmq_admin("getSyncStateSet", "-a", group.controller, "-b", "broker-a")
+    assert re.search(rf"#MasterAddr\s+{re.escape(new.addr)}\b", shown), shown
+    epoch_shown = re.search(r"#MasterEpoch\s+(\d+)", shown)
+    assert epoch_shown is not None, shown
+    assert int(epoch_shown.group(1)) == role[1], shown
+
+    lost = check_no_loss(group, load, survivors=group.brokers)
+    print(f"embedded controller, everything killed ({', '.join(p.name for p in victims)}) and "
+          f"restarted: acked={len(load.acked)} (before the kill {acked_before}) lost={lost} "
+          f"master_epoch {epoch_before} -> {role[1]} serving_again_s={recovered_s:.1f} "
+          f"refused={load.refused} unknown={load.unknown}")
+    assert lost == 0
+    assert len(set(load.offsets)) == len(load.offsets)
+    expected = commitlog(new)
+    for process in group.brokers:
+        assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
