@@ -300,9 +300,9 @@ class Quickstart:
             info = await replicas_info(namesrv)
             members = () if info is None else (*info.in_sync_replicas,
                                                *info.not_in_sync_replicas)
-            for member in members:
+            for member in members:  # a replayed member counts once it is alive again
                 name = by_addr.get(member.broker_address)
-                if name and name not in registered:
+                if name and member.alive and name not in registered:
                     registered.add(name)
                     say(f"{name} registered with the controller: brokerId {member.broker_id} "
                         f"({time.monotonic() - started:.1f} s)")
@@ -312,7 +312,9 @@ class Quickstart:
 
         async def master() -> ReplicasInfo | None:
             info = await replicas_info(namesrv)
-            return info if info is not None and info.master_address else None
+            alive = () if info is None else {m.broker_id for m in info.in_sync_replicas
+                                             if m.alive}
+            return info if info is not None and info.master_broker_id in alive else None
 
         info = await self._wait("a master is elected", deadline, master)
         assert info is not None
@@ -322,7 +324,7 @@ class Quickstart:
 
         async def full_set() -> ReplicasInfo | None:
             info = await replicas_info(namesrv)
-            in_sync = () if info is None else info.in_sync_replicas
+            in_sync = () if info is None else [m for m in info.in_sync_replicas if m.alive]
             return info if len(in_sync) == len(self.brokers) else None
 
         info = await self._wait("the SyncStateSet holds all three brokers", deadline, full_set)
