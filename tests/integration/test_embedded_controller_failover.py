@@ -36,7 +36,7 @@ from tests.interop.test_controller_mode import (
     check_no_loss,
     commitlog,
     controller_id,
-    first_success,
+    kill_the_master_under_sync_ack_load,
     role_of,
     sync_state_set_of,
 )
@@ -97,55 +97,11 @@ def wait_for_master(group: Group) -> PyrmqProcess:
 async def test_kill_the_master_under_sync_ack_load(
     env: PyrmqEnv, tmp_path: Path, seed: int,
 ) -> None:
-    rng = random.Random(seed)
     group = start_embedded_group(env, tmp_path / "controller-store")
-    old = group.master()
-    old_id, old_port = controller_id(old), old.port
-    load = Load(rng, milestone=rng.randint(300, 1500))
-    stop = asyncio.Event()
-
-    async def killer() -> None:
-        await load.reached.wait()
-        old.kill()  # SIGKILL with sends in flight
-        stop.set()
-
-    started = time.monotonic()
-    await asyncio.gather(load.run(old.addr, tag="before", until=stop), killer())
-    killed_at = time.monotonic()
-    acked_before = len(load.acked)
-    others = [p for p in group.brokers if p is not old]
-    new = await first_success(others, load, deadline_s=30)
-    failover_s = time.monotonic() - killed_at
-    role = role_of(new)
-    assert role is not None
-    assert role[0] == "master"
-    assert role[1] >= 2
-    await load.run(new.addr, tag="after", until=asyncio.Event(), count=300)
-
-    back = group.start_broker(env, "b-old", store_dir=old.store_dir, listen_port=old_port)
-    group.brokers.append(back)
-    assert controller_id(back) == old_id
-    wait_until(lambda: (role_of(back) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
-               what="the old master rejoined as a slave", process=back)
-    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
-               what="the old master caught up and rejoined the SyncStateSet", process=back)
-    await load.run(new.addr, tag="rejoined", until=asyncio.Event(), count=200)
-    shown = pyrmq_admin("getSyncStateSet", "-a", group.controller, "-b", "broker-a")
-    assert re.search(rf"#MasterAddr\s+{re.escape(new.addr)}\b", shown), shown
-    assert sorted(int(i) for i in re.findall(r"InSyncReplica:.*brokerId=(\d+),.*alive=true",
-                                              shown)) == [1, 2, 3], shown
-
-    survivors = [p for p in group.brokers if p is not old]
-    lost = check_no_loss(group, load, survivors=survivors)
-    print(f"embedded controller, kill -9 of the master: acked={len(load.acked)} (before the "
-          f"kill {acked_before}) lost={lost} failover_s={failover_s:.2f} "
-          f"refused={load.refused} unknown={load.unknown} "
-          f"total_s={time.monotonic() - started:.1f}")
-    assert lost == 0
-    assert len(set(load.offsets)) == len(load.offsets)
-    expected = commitlog(new)
-    for process in survivors:
-        assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
+    await kill_the_master_under_sync_ack_load(
+        group, env, random.Random(seed),
+        lambda: pyrmq_admin("getSyncStateSet", "-a", group.controller, "-b", "broker-a"),
+        controller="embedded controller")
 
 
 async def test_kill_everything_including_the_controller_and_restart(

@@ -26,7 +26,7 @@ import random
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -281,11 +281,13 @@ def check_no_loss(group: Group, load: Load, *, survivors: list[PyrmqProcess]) ->
     return lost
 
 
-async def test_kill_the_master_under_sync_ack_load(
-    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
-) -> None:
-    rng = random.Random(seed)
-    group = start_group(java_env, env, tmp_path)
+async def kill_the_master_under_sync_ack_load(
+    group: Group, env: PyrmqEnv, rng: random.Random, get_sync_state_set: Callable[[], str],
+    *, controller: str,
+) -> tuple[str, int]:
+    """The kill -9 scenario on a started group (module docstring); `get_sync_state_set()` is
+    what an admin tool prints for `getSyncStateSet -b broker-a` (checked here: the new master
+    and all three in the set). Returns that text and the new master's broker id."""
     old = group.master()
     old_id, old_port = controller_id(old), old.port
     load = Load(rng, milestone=rng.randint(300, 1500))
@@ -318,18 +320,16 @@ async def test_kill_the_master_under_sync_ack_load(
     wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
                what="the old master caught up and rejoined the SyncStateSet", process=back)
     await load.run(new.addr, tag="rejoined", until=asyncio.Event(), count=200)
-    # The real mqadmin shows the set the controller holds: the new master and both others.
-    shown = java_env.mqadmin(group.namesrv.addr, "getSyncStateSet", "-a", group.controller,
-                             "-b", "broker-a").stdout
-    assert re.search(rf"#MasterBrokerId\s+{controller_id(new)}\b", shown), shown
+    # The admin tool shows the set the controller holds: the new master and both others.
+    shown = get_sync_state_set()
     assert re.search(rf"#MasterAddr\s+{re.escape(new.addr)}\b", shown), shown
-    assert sorted(int(i) for i in re.findall(r"brokerId=(\d+),.*alive=true", shown)) == \
-        [1, 2, 3], shown
+    assert sorted(int(i) for i in re.findall(r"InSyncReplica:.*brokerId=(\d+),.*alive=true",
+                                              shown)) == [1, 2, 3], shown
 
     survivors = [p for p in group.brokers if p is not old]
     lost = check_no_loss(group, load, survivors=survivors)
-    print(f"kill -9 of the master: acked={len(load.acked)} (before the kill {acked_before}) "
-          f"lost={lost} failover_s={failover_s:.2f} refused={load.refused} "
+    print(f"{controller}, kill -9 of the master: acked={len(load.acked)} (before the kill "
+          f"{acked_before}) lost={lost} failover_s={failover_s:.2f} refused={load.refused} "
           f"unknown={load.unknown} total_s={time.monotonic() - started:.1f}")
     assert lost == 0
     # No queue offset was handed out twice across the failover (RocketMQ #6344, #7689).
@@ -337,6 +337,19 @@ async def test_kill_the_master_under_sync_ack_load(
     expected = commitlog(new)
     for process in survivors:
         assert commitlog(process) == expected, f"{process.name}'s commitlog differs"
+    return shown, controller_id(new)
+
+
+async def test_kill_the_master_under_sync_ack_load(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    group = start_group(java_env, env, tmp_path)
+    shown, master_id = await kill_the_master_under_sync_ack_load(
+        group, env, random.Random(seed), lambda: java_env.mqadmin(
+            group.namesrv.addr, "getSyncStateSet", "-a", group.controller, "-b", "broker-a",
+        ).stdout, controller="Java controller")
+    # The real mqadmin also names the master's id.
+    assert re.search(rf"#MasterBrokerId\s+{master_id}\b", shown), shown
 
 
 async def test_a_paused_master_acknowledges_nothing_after_its_lease(
