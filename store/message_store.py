@@ -784,21 +784,31 @@ class MessageStore:
     def become_master_blocking(self, epoch: int) -> int:
         """The store's part of changeToMaster (ha-protocol.md §12.1), in durable order: cut a
         partial tail left by replication (bytes after the last whole valid record), drop epoch
-        entries at or above `epoch`, persist `(epoch, max_phy_offset)`, then rebuild the next
-        queue offsets and dispatch everything (a lone master confirms its whole log). Returns
-        the epoch's start offset. Blocking; the store must be fenced meanwhile."""
+        entries at or above `epoch`, persist `(epoch, max_phy_offset)` (unless the last entry
+        already is `epoch`'s: then it stays), then rebuild the next queue offsets and dispatch
+        everything (a lone master confirms its whole log). Returns the epoch's start offset.
+        Blocking; the store must be fenced meanwhile."""
         end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
         if end < self.commitlog.max_phy_offset:
             self.truncate_to_blocking(end, allow_below_confirm=True)
         start = self.commitlog.max_phy_offset
-        cache = self.epoch_cache.truncate_suffix_by_epoch(epoch).append(epoch, start)
-        write_epoch_file(self.epoch_file_path, cache.entries)
-        self.epoch_cache = cache
+        epoch_start = start
+        last = self.epoch_cache.last_entry()
+        if last is not None and last.epoch == epoch and last.start_offset <= start:
+            # Leading the same epoch again (restarted while the controller kept this broker as
+            # the master at that epoch): the epoch began at its entry's start. Re-labelling it
+            # from `start` would leave the slaves, whose entry for it starts there, without a
+            # common epoch with this master (they could never catch up again).
+            epoch_start = last.start_offset
+        else:
+            cache = self.epoch_cache.truncate_suffix_by_epoch(epoch).append(epoch, start)
+            write_epoch_file(self.epoch_file_path, cache.entries)
+            self.epoch_cache = cache
         self._rebuild_queue_offsets()
         self._confirm_offset = max(self._confirm_offset, start)
         self.confirm_follows_max = False
         self.dispatch_pending()
-        return start
+        return epoch_start
 
     async def become_master(self, epoch: int) -> int:
         """`become_master_blocking` in a worker thread, under the disk lock."""

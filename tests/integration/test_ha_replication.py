@@ -162,6 +162,34 @@ async def test_slave_restarted_catches_up(cluster: Cluster, tmp_path: Path) -> N
     assert restarted.commitlog_bytes() == master.commitlog_bytes()
 
 
+async def test_master_restarted_at_the_same_epoch_keeps_its_epoch_entry(
+    cluster: Cluster,
+) -> None:
+    """The controller kept this broker as master at epoch 1 across its restart (the controller
+    was down when it died): leading epoch 1 again keeps the entry (1, 0), so a slave whose entry
+    for epoch 1 starts at 0 still shares an epoch with it and catches up (re-labelling epoch 1
+    from the restart's offset left such slaves without a common epoch for good)."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    slave = await cluster.node(2)
+    await slave.service.become_slave(address(master), 1)
+    await send(master, 50)
+    await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset,
+                     timeout_s=20, what="slave caught up")
+    await master.service.close()
+    await asyncio.to_thread(master.store.close)
+    del cluster.nodes[1]
+    restarted = await cluster.node(1)
+    await restarted.service.become_master(1, frozenset({1}), 1)
+    assert [(e.epoch, e.start_offset) for e in restarted.store.epoch_cache] == [(1, 0)]
+    await send(restarted, 40, tag="after-restart")
+    await slave.service.become_slave(address(restarted), 1)
+    await wait_until(lambda: slave.store.max_phy_offset == restarted.store.max_phy_offset,
+                     timeout_s=20, what="slave caught up with the restarted master")
+    assert slave.commitlog_bytes() == restarted.commitlog_bytes()
+    assert slave.store.epoch_cache == restarted.store.epoch_cache
+
+
 async def test_divergent_tail_is_cut_to_the_new_masters_epoch_start(cluster: Cluster) -> None:
     """An old master wrote unreplicated data in epoch 1; the new master (epoch 2) never had it.
     Rejoining as a slave, the old master cuts exactly those bytes and takes the new ones."""
