@@ -122,7 +122,8 @@ async def get_sync_state_set(args: argparse.Namespace) -> None:
     table = BrokerReplicasInfo.decode(response.body).replicas_info_table
     for name, info in table.items():
         print(
-            f"\n#brokerName\t{name}\n#MasterAddr\t{_java(info.master_address)}\n"
+            f"\n#brokerName\t{name}\n#MasterBrokerId\t{_java(info.master_broker_id)}\n"
+            f"#MasterAddr\t{_java(info.master_address)}\n"
             f"#MasterEpoch\t{info.master_epoch}\n#SyncStateSetEpoch\t{info.sync_state_set_epoch}\n"
             f"#SyncStateSetNums\t{len(info.in_sync_replicas)}"
         )

@@ -45,8 +45,9 @@ async def test_controller_commands(tmp_path: Path) -> None:
             sss = await admin("getSyncStateSet", "-a", addr, "-b", "broker-a")
             assert sss.returncode == 0, sss.stderr
             lines = [line for line in sss.stdout.splitlines() if line]
-            assert lines[:5] == [
+            assert lines[:6] == [
                 "#brokerName\tbroker-a",
+                "#MasterBrokerId\t1",
                 f"#MasterAddr\t{listeners[0].addr}",
                 "#MasterEpoch\t1",
                 "#SyncStateSetEpoch\t2",
