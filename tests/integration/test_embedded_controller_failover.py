@@ -78,6 +78,18 @@ def start_embedded_group(env: PyrmqEnv, controller_store: Path) -> Group:
     return group
 
 
+_SET = re.compile(r"became master .*sync_state_set=\[([\d, ]*)\]|"
+                  r"sync_state_set applied old=\[[\d, ]*\] new=\[([\d, ]*)\]")
+
+
+def master_sync_state_set(process: PyrmqProcess) -> set[int] | None:
+    """The SyncStateSet this master holds: the last one it took on becoming master (a replayed
+    set) or applied since."""
+    found = [m.group(1) if m.group(1) is not None else m.group(2)
+             for m in _SET.finditer(process.log())]
+    return None if not found else {int(x) for x in found[-1].split(",") if x.strip()}
+
+
 def pyrmq_admin(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "controller.admin", *args], cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
@@ -143,7 +155,7 @@ async def test_kill_everything_including_the_controller_and_restart(
     role = role_of(new)
     assert role is not None
     assert role[1] >= epoch_before  # the replayed log goes on; no epoch went back
-    wait_until(lambda: sync_state_set_of(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
+    wait_until(lambda: master_sync_state_set(new) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
                what="all three back in the SyncStateSet", process=new)
     recovered_s = time.monotonic() - started
     await load.run(new.addr, tag="after", until=asyncio.Event(), count=300)
