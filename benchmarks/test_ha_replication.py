@@ -74,6 +74,7 @@ async def _replicate_once(master: MessageStore, service: AutoSwitchHAService, ro
                           ticker: Ticker) -> float:
     slave = MessageStore(_config(root))
     await asyncio.to_thread(slave.open)
+    slave_run = asyncio.create_task(slave.run())  # as in the broker: pre-faulting, allocation
     slave_service = AutoSwitchHAService(slave, _ha(2), replica_ids=lambda: {1, 2},
                                         propose_sync_state_set=lambda *_: None)
     end = master.max_phy_offset
@@ -90,6 +91,8 @@ async def _replicate_once(master: MessageStore, service: AutoSwitchHAService, ro
         return seconds
     finally:
         await slave_service.close()
+        slave_run.cancel()
+        await asyncio.gather(slave_run, return_exceptions=True)
         await asyncio.to_thread(slave.close)
         shutil.rmtree(root)
 

@@ -41,6 +41,11 @@ from store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
+# A received confirmOffset reaches the store (and its consume queues) once this many bytes are
+# owed, or this long after it arrived: dispatch then runs over one large range in bulk (one
+# vectorised pass costs about as much for 64 KiB as for 1 MiB).
+DISPATCH_BYTES: Final = 1024 * 1024
+DISPATCH_DELAY_MS: Final = 5
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
@@ -110,16 +115,23 @@ class HAClient:
             confirm_offset=store.confirm_offset,
         ), writer)
         self.connected.set()
-        heartbeat_s = config.ha_send_heartbeat_interval_ms / 1000
+        heartbeat_ms = config.ha_send_heartbeat_interval_ms
         housekeeping_ms = config.ha_housekeeping_interval_ms
         last_read = last_write = self.clock_ms()
+        owed: int | None = None  # a confirmOffset received, not yet given to the store
+        owed_since = 0
         while True:
+            wait_ms = heartbeat_ms if owed is None else \
+                max(0, owed_since + DISPATCH_DELAY_MS - self.clock_ms())
             try:
-                async with asyncio.timeout(heartbeat_s):
+                async with asyncio.timeout(wait_ms / 1000):
                     data = await reader.read(READ_CHUNK_BYTES)
             except TimeoutError:
                 data = None
             now = self.clock_ms()
+            if owed is not None and (data is None or now - owed_since >= DISPATCH_DELAY_MS):
+                store.set_confirm_offset(min(owed, store.max_phy_offset))
+                owed = None
             if data is None:
                 if now - last_read > housekeeping_ms:
                     raise EOFError(f"nothing read for {housekeeping_ms} ms")
@@ -139,8 +151,14 @@ class HAClient:
                 effects = proto.receive(frame)
                 ack = await self._carry_out(effects, writer, defer_ack=True) or ack
             if self._confirm_due is not None:
-                # Once per read: dispatch (consume queues) runs for all the frames just appended.
-                store.set_confirm_offset(min(self._confirm_due, store.max_phy_offset))
+                # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
+                # confirmOffset arrived, at once when DISPATCH_BYTES are owed.
+                if owed is None:
+                    owed_since = now
+                owed = self._confirm_due
+                if min(owed, store.max_phy_offset) - store.reput_from_offset >= DISPATCH_BYTES:
+                    store.set_confirm_offset(min(owed, store.max_phy_offset))
+                    owed = None
             if ack is not None:
                 writer.write(ack)
                 await writer.drain()

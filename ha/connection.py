@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES: Final = 64 * 1024
 # The writer re-checks for new data at least this often even without a wake-up.
 WRITER_POLL_S: Final = 0.05
+# The writer yields to the event loop after this many body bytes written in a row.
+YIELD_EVERY_BYTES: Final = 1024 * 1024
 
 
 class HAConnection:
@@ -103,7 +105,13 @@ class HAConnection:
         config = service.config
         store = service.store
         writer = self._writer
+        unyielded = 0  # bytes written since this coroutine last gave the loop a turn
         while True:
+            if unyielded >= YIELD_EVERY_BYTES:
+                # drain() returns at once while the socket takes everything: without this the
+                # writer would hold the loop for a whole backlog.
+                await asyncio.sleep(0)
+                unyielded = 0
             view = service.store_view()
             reply = self.protocol.handshake_reply(view)
             if reply is not None:
@@ -145,6 +153,7 @@ class HAConnection:
                     # reference.
                 del body
                 self.transferred_bytes += header.body_size
+                unyielded += header.body_size
             else:
                 await writer.drain()
             self.protocol.wrote(service.clock_ms())

@@ -136,6 +136,11 @@ class ConsumeQueue:
         return self._next_offset
 
     @property
+    def has_files(self) -> bool:
+        """False for a queue with no file yet: its first unit may take any queue offset."""
+        return bool(self._files.files)
+
+    @property
     def min_offset_in_files(self) -> int:
         return self._files.min_offset // CQ_UNIT_SIZE
 

@@ -54,6 +54,7 @@ from store.message_format import (
     check_record,
     read_store_timestamp,
 )
+from store.recovery import RecordBatch, ScanStop, scan_file_fast
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
@@ -66,6 +67,11 @@ _T = TypeVar("_T")
 
 
 ALLOCATE_INTERVAL_S: Final = 0.1
+
+
+# From this many bytes to dispatch on, `dispatch_pending` scans in bulk (numpy); below, the
+# per-record walk is cheaper than the vectorised pass's fixed cost.
+BULK_DISPATCH_BYTES: Final = 64 * 1024
 
 
 def system_wall_ms() -> int:
@@ -560,6 +566,8 @@ class MessageStore:
             count += self._dispatcher.dispatch_live(check)
             touched.add((check.topic, check.queue_id))
 
+        if bound - self._reput_from >= BULK_DISPATCH_BYTES:
+            self._reput_from = self._dispatch_bulk(self._reput_from, bound, touched)
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
         if self._dispatcher.skipped:
@@ -569,6 +577,39 @@ class MessageStore:
             for topic, queue_id in touched:
                 listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
         return count
+
+    def _dispatch_bulk(self, start: int, end: int, touched: set[tuple[str, int]]) -> int:
+        """`dispatch_pending`'s walk over [start, end), vectorised per file (`scan_file_fast`:
+        numpy and C vouch for the records, `Dispatcher.dispatch_live_batch` writes their units
+        a queue run at a time); the same records, checks and units as the per-record walk.
+        Returns where it stopped: `end`, or before a record that is cut or not (yet) valid."""
+        dispatcher = self._dispatcher
+        verify_prop = self.config.force_verify_prop_crc
+
+        def one(check: RecordCheck) -> None:
+            dispatcher.dispatch_live(check)
+            touched.add((check.topic, check.queue_id))
+
+        def bulk(batch: RecordBatch) -> None:
+            dispatcher.dispatch_live_batch(batch, touched)
+
+        pos = start
+        while pos < end:
+            mapped = self.commitlog.files.find(pos)
+            if mapped is None:
+                break
+            base = mapped.file_from_offset
+            limit = min(mapped.wrote_position, end - base)
+            scan = scan_file_fast(mapped.buf, file_from_offset=base, file_size=limit,
+                                  start_pos=pos - base, check_body_crc=True,
+                                  verify_prop_crc=verify_prop, on_record=one,
+                                  on_records=bulk).scan
+            pos = base + scan.end_pos
+            if scan.stop is ScanStop.BLANK or pos == mapped.file_end_offset:
+                pos = mapped.file_end_offset
+                continue
+            break
+        return pos
 
     # ================================================================ reads
 
@@ -735,6 +776,9 @@ class MessageStore:
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
         self.commitlog.append_raw(phy_offset, data)
+        if self._allocate_wakeup is not None and (
+                self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):
+            self._allocate_wakeup.set()  # pre-fault ahead of the slave's writes, next segment
 
     async def prepare_replicated(self, phy_offset: int, size: int) -> None:
         """Create, in a worker thread, the file `append_replicated` would otherwise create on
