@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import Final
 
 from ha.config import HAConfig
 from ha.errors import HAError, HAProtocolError
+from ha.flow import FlowMeter
 from ha.frames import MasterFrameDecoder
 from ha.slave_protocol import (
     Append,
@@ -39,6 +41,10 @@ from store.errors import StoreError
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
 # A received confirmOffset reaches the store (and its consume queues) once this many bytes are
@@ -69,6 +75,10 @@ class HAClient:
         self.connected = asyncio.Event()
         self.received_bytes = 0
         self.sessions = 0
+        self.flow = FlowMeter(clock_ms())
+        # Wall-clock times of the last read from / write to the master (haStatus), 0 = never.
+        self.last_read_timestamp_ms = 0
+        self.last_write_timestamp_ms = 0
         self._confirm_due: int | None = None
 
     @property
@@ -140,10 +150,12 @@ class HAClient:
                     writer.write(proto.keepalive().data)
                     await writer.drain()
                     last_write = now
+                    self.last_write_timestamp_ms = wall_ms()
                 continue
             if not data:
                 raise EOFError("master closed the connection")
             last_read = now
+            self.last_read_timestamp_ms = wall_ms()
             decoder.feed(data)
             ack: bytes | None = None
             self._confirm_due = None
@@ -163,6 +175,7 @@ class HAClient:
                 writer.write(ack)
                 await writer.drain()
                 last_write = self.clock_ms()
+                self.last_write_timestamp_ms = wall_ms()
 
     async def _carry_out(
         self, effects: list[SlaveEffect], writer: asyncio.StreamWriter, *,
@@ -180,12 +193,14 @@ class HAClient:
                     else:
                         writer.write(data)
                         await writer.drain()
+                        self.last_write_timestamp_ms = wall_ms()
                 case Append(phy_offset=phy_offset, body=body):
                     size = len(body)
                     if store.commitlog.raw_file_needed(phy_offset, size) is not None:
                         await store.prepare_replicated(phy_offset, size)
                     store.append_replicated(phy_offset, body)
                     self.received_bytes += size
+                    self.flow.add(size, self.clock_ms())
                 case AppendEpoch(epoch=epoch, start_offset=start_offset):
                     await store.append_epoch(epoch, start_offset)
                     log.info("epoch entry from master epoch=%d start_offset=%d", epoch,

@@ -17,6 +17,7 @@ import socket
 from typing import TYPE_CHECKING, Final
 
 from ha.errors import HAError
+from ha.flow import FlowMeter
 from ha.frames import SlaveFrameDecoder
 from ha.master_protocol import MasterConnectionProtocol
 
@@ -52,6 +53,7 @@ class HAConnection:
         self._closed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.transferred_bytes = 0
+        self.flow = FlowMeter(service.clock_ms())
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
@@ -153,6 +155,7 @@ class HAConnection:
                     # reference.
                 del body
                 self.transferred_bytes += header.body_size
+                self.flow.add(header.body_size, service.clock_ms())
                 unyielded += header.body_size
             else:
                 await writer.drain()
