@@ -155,6 +155,7 @@ class AutoSwitchHAService:
         self._waiters: collections.deque[tuple[int, asyncio.Future[bool]]] = \
             collections.deque()
         self.ha_port = 0
+        store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
 
@@ -306,6 +307,26 @@ class AutoSwitchHAService:
                 acks[proto.slave_broker_id] = max(acks.get(proto.slave_broker_id, -1),
                                                   proto.slave_ack_offset)
         return acks
+
+    def offset_needed_by_slaves(self) -> int | None:
+        """The lowest commitlog offset a connected slave still needs (None: no such slave, or
+        not master): from its acked offset on (a reconnect resumes there), or, for a slave that
+        acked 0 (empty) and is being fed, from where its transfer started. Retention keeps those
+        files (store/retention.py) unless the disk is under pressure."""
+        if self.role is not HARole.MASTER:
+            return None
+        needs = []
+        for connection in self.connections:
+            proto = connection.protocol
+            ack = proto.slave_ack_offset
+            if ack is None:
+                continue
+            if ack == 0 and proto.slave_request_offset == 0:
+                start = proto.transfer_start_offset
+                needs.append(start if start is not None else self.store.min_phy_offset)
+            else:
+                needs.append(ack)
+        return min(needs, default=None)
 
     def on_ack(self, acked: Acked, last_master_max_offset: int) -> None:
         """A slave acked (§7.1): lastCaughtUpTime, expand, confirmOffset, waiters."""

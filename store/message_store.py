@@ -153,6 +153,9 @@ class MessageStore:
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
         # default settings); the HA layer turns this off and sets confirmOffset itself.
         self.confirm_follows_max = not config.enable_controller_mode
+        # The lowest commitlog offset a connected slave still needs (None: none), asked by
+        # retention (store/retention.py's replica_protect_from_offset); the HA layer sets it.
+        self.replica_need: Callable[[], int | None] | None = None
         self.fenced = False
         self.disk_full = False
         # Told (topic, queue_id, new max queue offset) when `dispatch_pending` writes units to a
@@ -1029,15 +1032,23 @@ class MessageStore:
                     for m in files]
 
         ages = await self._in_thread(file_ages)
+        replica_need = self.replica_need() if self.replica_need is not None else None
         doomed = files_to_delete(
             ages, now_ms=now,
             file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
             delete_when_hours=parse_delete_when(self.config.delete_when), current_hour=hour,
             disk_used_ratio=ratio, disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
             protect_from_offset=min(self._reput_from, self.confirm_offset),
+            replica_protect_from_offset=replica_need,
         )
         if not doomed:
             return 0
+        cut = ages[len(doomed)].start_offset  # the new min offset
+        if replica_need is not None and cut > replica_need:
+            log.warning("disk pressure: deleting commitlog files a connected slave still needs "
+                        "slave_needs_from=%d new_min_phy_offset=%d disk_used_ratio=%.2f; that "
+                        "slave cannot catch up from this master any more", replica_need, cut,
+                        ratio)
         count = len(doomed)
         async with self._disk():
             await self._in_thread(self._delete_first_files, count)
