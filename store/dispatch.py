@@ -134,15 +134,18 @@ class Dispatcher:
         keep = takes_queue_offset_array(batch.sys_flag)
         if bound is not None:
             keep &= batch.phy_offset + batch.size <= bound
-        if touched is not None:
-            for index in np.unique(batch.topic_index * (1 << 32) + batch.queue_id).tolist():
+        # One stable sort by queue serves both the touched queues and the groups.
+        all_keys = batch.topic_index * (1 << 32) + batch.queue_id
+        order = np.argsort(all_keys, kind="stable")
+        if touched is not None and len(order):
+            sorted_keys = all_keys[order]
+            firsts = np.flatnonzero(np.diff(sorted_keys, prepend=sorted_keys[0] - 1))
+            for index in sorted_keys[firsts].tolist():
                 touched.add((batch.topics[index >> 32], index & 0xFFFFFFFF))
-        rows = np.flatnonzero(keep)
+        rows = order[keep[order]]
         if not len(rows):
             return 0
-        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
-        order = np.argsort(group_key, kind="stable")
-        rows, group_key = rows[order], group_key[order]
+        group_key = all_keys[rows]
         bounds = [0, *(np.flatnonzero(np.diff(group_key)) + 1).tolist(), len(rows)]
         count = 0
         last_row = -1

@@ -779,9 +779,10 @@ class MessageStore:
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
         self.commitlog.append_raw(phy_offset, data)
-        if self._allocate_wakeup is not None and (
+        wakeup = self._allocate_wakeup
+        if wakeup is not None and not wakeup.is_set() and (
                 self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):
-            self._allocate_wakeup.set()  # pre-fault ahead of the slave's writes, next segment
+            wakeup.set()  # pre-fault ahead of the slave's writes, prepare the next segment
 
     async def prepare_replicated(self, phy_offset: int, size: int) -> None:
         """Create, in a worker thread, the file `append_replicated` would otherwise create on
