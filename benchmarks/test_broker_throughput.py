@@ -302,13 +302,14 @@ def run_java_loadgen(env: JavaEnv, namesrv: str, server_pid: int, topic: str, mo
 
 
 def run_python_loadgen(work_dir: Path, target: str, addr: str, server_pid: int, topic: str,
-                       mode: str) -> Run:
-    """Run benchmarks/loadgen.py in its own process to its end."""
+                       mode: str, *, rate: float = 0.0, producers: int = PRODUCERS) -> Run:
+    """Run benchmarks/loadgen.py in its own process to its end (`rate` > 0: open loop at that
+    many msg/s)."""
     command = [
         sys.executable, "-m", "benchmarks.loadgen", target, addr, topic, mode,
-        "--producers", str(PRODUCERS), "--body-bytes", str(BODY_BYTES),
+        "--producers", str(producers), "--body-bytes", str(BODY_BYTES),
         "--batch-size", str(BATCH_SIZE), "--queues", str(QUEUES),
-        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(WINDOW_S),
+        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(WINDOW_S), "--rate", str(rate),
     ]
     child = Child.start(f"loadgen-{target}-{mode}", command, work_dir / f"loadgen-{target}-{mode}")
     try:

@@ -425,7 +425,8 @@ class BrokerNode:
         admin = AdminProcessor(config=config, store=store, topic_configs=topics,
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
-                               boot_timestamp_ms=boot_ms)
+                               boot_timestamp_ms=boot_ms,
+                               ha_runtime_info=self.ha.runtime_info if self.ha else None)
         rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
             RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
@@ -453,6 +454,7 @@ class BrokerNode:
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
+            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
         })
         if self.replicas is not None:
             replicas = self.replicas

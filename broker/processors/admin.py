@@ -1,6 +1,7 @@
 """Admin and slave-sync codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
 GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
-GET_TOPIC_STATS_INFO (202) and GET_TOPIC_CONFIG (351) (remoting-protocol.md §6.11, §10).
+GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351) and GET_BROKER_HA_STATUS (907)
+(remoting-protocol.md §6.11, §10).
 
 UPDATE_AND_CREATE_TOPIC follows Java 5.3.3's `AdminBrokerProcessor.updateAndCreateTopic`:
 an invalid name or (with `validateSystemTopicWhenUpdateTopic`) a system topic is 29; a config
@@ -15,6 +16,11 @@ the store time of the last message of each queue up to max(read, write) queue nu
 is 0.0: pyrmq keeps no per-topic TPS yet). The second answers 17 for an unknown topic, else the
 `TopicConfig` as JSON (Java's `TopicConfigAndQueueMapping` with no mapping detail, which fastjson
 omits: the same bytes).
+
+GET_BROKER_HA_STATUS (`mqadmin haStatus`) answers RocketMQ's `HARuntimeInfo` as JSON (the spec
+lacks this body; its fields are those of Java's class, see `encode_ha_runtime_info`), from
+`AutoSwitchHAService.runtime_info`. A broker without controller mode has no HA service: it
+answers as Java's DefaultHAService does for a master with no slave.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from broker.metrics import BrokerMetrics
 from broker.runtime_stats import RuntimeStats
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
+from ha.service import HARuntimeInfo
 from remoting.bodies import KVTable, TopicConfig, TopicFilterType
 from remoting.codes import PYRMQ_VERSION, PYRMQ_VERSION_DESC, ResponseCode
 from remoting.command import RemotingCommand
@@ -92,6 +99,32 @@ def encode_topic_stats_table(
     return f'{{"offsetTable":{{{entries}}},"topicPutTps":{tps}}}'.encode()
 
 
+def encode_ha_runtime_info(info: HARuntimeInfo) -> bytes:
+    """HARuntimeInfo as fastjson writes it (fields in name order; Java's getters' names)."""
+    client = info.ha_client_runtime_info
+    return dump_fastjson({
+        "haClientRuntimeInfo": {
+            "lastReadTimestamp": client.last_read_timestamp,
+            "lastWriteTimestamp": client.last_write_timestamp,
+            "masterAddr": client.master_addr,
+            "masterFlushOffset": client.master_flush_offset,
+            "maxOffset": client.max_offset,
+            "transferredByteInSecond": client.transferred_byte_in_second,
+        },
+        "haConnectionInfo": [
+            {
+                "addr": c.addr, "diff": c.diff, "inSync": c.in_sync,
+                "slaveAckOffset": c.slave_ack_offset, "transferFromWhere": c.transfer_from_where,
+                "transferredByteInSecond": c.transferred_byte_in_second,
+            }
+            for c in info.ha_connection_info
+        ],
+        "inSyncSlaveNums": info.in_sync_slave_nums,
+        "master": info.master,
+        "masterCommitLogMaxOffset": info.master_commit_log_max_offset,
+    }).encode("utf-8")
+
+
 def parse_attributes(text: str | None) -> dict[str, str]:
     """`AttributeParser.parseToMap` for additions: `+a=1,+b=2` -> {"a": "1", "b": "2"}.
 
@@ -148,6 +181,7 @@ class AdminProcessor:
         runtime_stats: RuntimeStats,
         boot_timestamp_ms: int,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        ha_runtime_info: Callable[[], HARuntimeInfo] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -158,6 +192,7 @@ class AdminProcessor:
         self._stats = runtime_stats
         self._boot_timestamp_ms = boot_timestamp_ms
         self._wall_ms = wall_ms
+        self._ha_runtime_info = ha_runtime_info
 
     async def update_and_create_topic(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -258,6 +293,16 @@ class AdminProcessor:
         return request.make_response(
             ResponseCode.SUCCESS, body=KVTable(self.runtime_info()).encode()
         )
+
+    async def get_broker_ha_status(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        if self._ha_runtime_info is not None:
+            info = self._ha_runtime_info()
+        else:
+            info = HARuntimeInfo(master=True,
+                                 master_commit_log_max_offset=self._store.max_phy_offset)
+        return request.make_response(ResponseCode.SUCCESS, body=encode_ha_runtime_info(info))
 
     def runtime_info(self) -> dict[str, str]:
         """The KVTable of GET_BROKER_RUNTIME_INFO: Java's keys that `mqadmin clusterList` and
