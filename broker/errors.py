@@ -5,7 +5,7 @@
   not start. The message names the file, the line, the key and the value.
 - `ConfigFileError`: a metadata file under `<storePathRootDir>/config` (topics.json, ...) and its
   `.bak` are both unreadable; the broker does not start rather than forget topics or offsets.
-- `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`broker.client`)
+- `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`pyrmq_client`)
   sees when the broker answers with an error code.
 """
 
