@@ -78,7 +78,7 @@ def _messages(batch: pa.RecordBatch, default_topic: str | None, key_prefix: str 
 
 
 async def _send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch],
-                    key_prefix: str | None) -> int:
+                    key_prefix: str | None, partition: int) -> int:
     sent = 0
     async with ClusterClient(options.name_server) as client:
         pending: dict[MessageQueue, list[Message]] = {}
@@ -99,8 +99,9 @@ async def _send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch],
                 if not queues:
                     raise ValueError(f"topic {message.topic!r} has no writable queue")
                 if queue_id is None:
-                    # Round-robin per topic, a sendBatchSize run per queue.
-                    index = selectors.get(message.topic, 0)
+                    # Round-robin per topic, a sendBatchSize run per queue, each task
+                    # starting at its own queue.
+                    index = selectors.get(message.topic, partition * options.batch_size)
                     queue = queues[(index // options.batch_size) % len(queues)]
                     selectors[message.topic] = index + 1
                 else:
@@ -114,14 +115,15 @@ async def _send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch],
     return sent
 
 
-def _key_prefix(write_id: str, enabled: bool) -> str | None:
-    if not enabled:
-        return None
+def _write(options: SinkOptions, write_id: str, batches: Iterator[pa.RecordBatch]) -> int:
+    """Send a task's rows; the idempotency key prefix is the write, micro-batch and partition."""
     context = TaskContext.get()
-    if context is None:
-        return f"{write_id}-0-0"
-    batch_id = context.getLocalProperty("streaming.sql.batchId") or "0"
-    return f"{write_id}-{batch_id}-{context.partitionId()}"
+    partition = context.partitionId() if context is not None else 0
+    prefix = None
+    if options.idempotency_key:
+        batch_id = (context.getLocalProperty("streaming.sql.batchId") if context else None) or "0"
+        prefix = f"{write_id}-{batch_id}-{partition}"
+    return asyncio.run(_send_all(options, batches, prefix, partition))
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -130,8 +132,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.write_id = secrets.token_hex(8)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        prefix = _key_prefix(self.write_id, self.options.idempotency_key)
-        return SentCount(asyncio.run(_send_all(self.options, iterator, prefix)))
+        return SentCount(_write(self.options, self.write_id, iterator))
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -140,8 +141,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.write_id = secrets.token_hex(8)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        prefix = _key_prefix(self.write_id, self.options.idempotency_key)
-        return SentCount(asyncio.run(_send_all(self.options, iterator, prefix)))
+        return SentCount(_write(self.options, self.write_id, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every message was acknowledged by its broker before its task ended."""

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import pyspark_rocketmq
+from tests.support.pyrmq_cluster import Cluster, two_broker_groups
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,11 @@ def spark() -> Iterator[SparkSession]:
     pyspark_rocketmq.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A name server and broker groups broker-a and broker-b; each test module creates its
+    own topics."""
+    with two_broker_groups(tmp_path_factory.mktemp("spark-cluster")) as running:
+        yield running

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -15,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pyrmq_client import ClusterClient, Message, MessageQueue
 from tests.interop.pyrmq_env import wait_until
-from tests.support.pyrmq_cluster import Cluster, two_broker_groups
+from tests.support.pyrmq_cluster import Cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,15 +49,9 @@ def send(cluster: Cluster, topic: str, bodies: list[tuple[MessageQueue, bytes, s
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with two_broker_groups(tmp_path_factory.mktemp("spark-batch")) as running:
-        running.create_topic("Orders", queues=4)
-        running.create_topic("Timed", queues=4)
-        yield running
-
-
-@pytest.fixture(scope="module")
 def orders(cluster: Cluster) -> list[Sent]:
+    cluster.create_topic("Orders", queues=4)
+    cluster.create_topic("Timed", queues=4)
     return send(cluster, "Orders", [
         (queue, f"{queue.broker_name}-{queue.queue_id}-{n}".encode(), "TagA" if n % 2 else "TagB")
         for n in range(PER_QUEUE) for queue in QUEUES
@@ -135,7 +128,7 @@ def test_sub_expression_min_partitions_and_pull_batch_size(
 
 
 def test_starting_timestamp_selects_the_messages_stored_from_then_on(
-    spark: SparkSession, cluster: Cluster
+    spark: SparkSession, cluster: Cluster, orders: list[Sent]
 ) -> None:
     queues = [MessageQueue("Timed", q.broker_name, q.queue_id) for q in QUEUES]
     first = send(cluster, "Timed", [(q, f"old-{i}".encode(), "T") for i, q in enumerate(queues)])
