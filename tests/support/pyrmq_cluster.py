@@ -4,7 +4,7 @@ with topics spread over both: what the client and Spark tests read and write thr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,9 +57,13 @@ class Cluster:
 
 
 @contextmanager
-def two_broker_groups(base_dir: Path) -> Iterator[Cluster]:
-    """A name server and the masters of broker-a and broker-b, all registered with it."""
+def two_broker_groups(
+    base_dir: Path, *, extra_conf: Mapping[str, str | int | bool] | None = None
+) -> Iterator[Cluster]:
+    """A name server and the masters of broker-a and broker-b, all registered with it;
+    `extra_conf` adds broker.conf keys."""
     with PyrmqEnv(base_dir) as env:
         namesrv = env.start_namesrv()
-        brokers = {name: env.start_broker(namesrv, broker_name=name) for name in BROKER_NAMES}
+        brokers = {name: env.start_broker(namesrv, broker_name=name, extra_conf=extra_conf)
+                   for name in BROKER_NAMES}
         yield Cluster(env, namesrv, brokers)
