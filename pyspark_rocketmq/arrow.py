@@ -77,6 +77,19 @@ def host_text(host: HostPort) -> str:
     return f"[{ip}]:{host.port}" if ip.version == 6 else f"{ip}:{host.port}"
 
 
+def _hosts(hosts: list[HostPort]) -> list[str]:
+    """host_text of each, formatting each distinct host once (a pull has one store host and
+    few born hosts)."""
+    known: dict[bytes, str] = {}
+    result = []
+    for host in hosts:
+        text = known.get(host.packed)
+        if text is None:
+            text = known[host.packed] = host_text(host)
+        result.append(text)
+    return result
+
+
 def records_to_batch(records: Sequence[MessageRecord], broker_name: str, *,
                      include_properties: bool) -> pa.RecordBatch:
     """One `pyarrow.RecordBatch` of ARROW_SCHEMA. msgId is the UNIQ_KEY (the id the producer
@@ -97,8 +110,8 @@ def records_to_batch(records: Sequence[MessageRecord], broker_name: str, *,
                  pa.map_(pa.string(), pa.string())),
         pa.array([r.born_timestamp * 1000 for r in records], pa.int64()).cast(_TIMESTAMP),
         pa.array([r.store_timestamp * 1000 for r in records], pa.int64()).cast(_TIMESTAMP),
-        pa.array([host_text(r.born_host) for r in records], pa.string()),
-        pa.array([host_text(r.store_host) for r in records], pa.string()),
+        pa.array(_hosts([r.born_host for r in records]), pa.string()),
+        pa.array(_hosts([r.store_host for r in records]), pa.string()),
         pa.array([r.reconsume_times for r in records], pa.int32()),
         pa.array([r.phy_offset for r in records], pa.int64()),
         pa.array([r.flag for r in records], pa.int32()),

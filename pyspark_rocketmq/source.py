@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pyrmq_client import ClusterClient, MessageQueue, PullStatus
+from pyrmq_client import ClusterClient, MessageQueue, PullResult, PullStatus
 from pyspark_rocketmq.arrow import records_to_batch
 from pyspark_rocketmq.options import (
     EARLIEST,
@@ -108,39 +108,58 @@ class _Reading:
 
 def _pull_range(loop: asyncio.AbstractEventLoop, client: ClusterClient, options: SourceOptions,
                 part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """Pull `part`, one Arrow batch per pull. The next pull is sent before a batch is built and
+    handed to Spark, so the broker and the network work while this process converts."""
     queue = part.queue
     offset = part.start
     if offset == EARLIEST:
         offset = loop.run_until_complete(client.min_offset(queue))
-    while offset < part.end:
-        pulled = loop.run_until_complete(client.pull(
-            options.group, queue, offset, max_nums=min(options.pull_batch_size, part.end - offset),
+
+    def fetch(at: int) -> asyncio.Task[PullResult]:
+        task = loop.create_task(client.pull(
+            options.group, queue, at, max_nums=min(options.pull_batch_size, part.end - at),
             subscription=options.sub_expression))
-        if pulled.status is PullStatus.FOUND:
-            records = [r for r in pulled.messages if r.queue_offset < part.end]
-            if records:
-                yield records_to_batch(records, queue.broker_name,
-                                       include_properties=options.include_properties)
-        elif pulled.status is PullStatus.OFFSET_ILLEGAL and offset < pulled.min_offset:
-            if options.fail_on_data_loss:
-                raise DataLossError(
-                    f"queue {queue}: offsets {offset}..{pulled.min_offset - 1} are gone (min "
-                    f"offset {pulled.min_offset}); set failOnDataLoss=false to skip them")
-            log.warning("queue %s: offsets %d..%d are gone, skipped", queue, offset,
-                        pulled.min_offset - 1)
-        elif pulled.status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL):
-            # The queue ends before the planned end: its max offset moved back.
-            if options.fail_on_data_loss:
-                raise DataLossError(
-                    f"queue {queue}: max offset {pulled.max_offset} is below the planned end "
-                    f"{part.end}; set failOnDataLoss=false to go on without those offsets")
-            log.warning("queue %s ends at %d, before the planned end %d", queue,
-                        pulled.max_offset, part.end)
-            return
-        if pulled.next_begin_offset <= offset and pulled.status is not PullStatus.OFFSET_ILLEGAL:
-            raise RuntimeError(f"queue {queue}: the broker's next offset {pulled.next_begin_offset}"
-                               f" does not move on from {offset}")
-        offset = pulled.next_begin_offset
+        loop.run_until_complete(asyncio.sleep(0))  # let it write the request
+        return task
+
+    pending = fetch(offset) if offset < part.end else None
+    try:
+        while pending is not None:
+            pulled = loop.run_until_complete(pending)
+            pending = None
+            if pulled.status is PullStatus.OFFSET_ILLEGAL and offset < pulled.min_offset:
+                if options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"queue {queue}: offsets {offset}..{pulled.min_offset - 1} are gone (min "
+                        f"offset {pulled.min_offset}); set failOnDataLoss=false to skip them")
+                log.warning("queue %s: offsets %d..%d are gone, skipped", queue, offset,
+                            pulled.min_offset - 1)
+                offset = pulled.min_offset
+            elif pulled.status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL):
+                # The queue ends before the planned end: its max offset moved back.
+                if options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"queue {queue}: max offset {pulled.max_offset} is below the planned "
+                        f"end {part.end}; set failOnDataLoss=false to go on without those offsets")
+                log.warning("queue %s ends at %d, before the planned end %d", queue,
+                            pulled.max_offset, part.end)
+                return
+            else:  # FOUND, or NO_MATCHED_MSG (nothing passed the tag filter)
+                if pulled.next_begin_offset <= offset:
+                    raise RuntimeError(f"queue {queue}: the broker's next offset "
+                                       f"{pulled.next_begin_offset} does not move on from {offset}")
+                offset = pulled.next_begin_offset
+            if offset < part.end:
+                pending = fetch(offset)
+            if pulled.status is PullStatus.FOUND:
+                records = [r for r in pulled.messages if r.queue_offset < part.end]
+                if records:
+                    yield records_to_batch(records, queue.broker_name,
+                                           include_properties=options.include_properties)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
 
 
 class BatchReader(_Reading, DataSourceReader):

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pyrmq_client import ClusterClient, Message
+from pyrmq_client import BrokerClient, ClusterClient, Message
 from tests.interop.pyrmq_env import wait_until
 from tests.support.pyrmq_cluster import Cluster
 
@@ -130,3 +130,30 @@ def test_streaming_bad_options(spark: SparkSession, cluster: Cluster, tmp_path: 
     with pytest.raises(Exception, match="rocketmq option maxMessagesPerTrigger"):
         start(spark, cluster, tmp_path / "cp2", Collector(), topic="Stream",
               maxMessagesPerTrigger="0").awaitTermination(60)
+
+
+def test_a_vanished_queue_is_data_loss_unless_fail_on_data_loss_is_false(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("Shrink", queues=2)
+    send_round_robin(cluster, "Shrink", 8, "s")
+    checkpoint = tmp_path / "cp"
+    collector = Collector()
+    start(spark, cluster, checkpoint, collector, topic="Shrink",
+          startingOffsets="earliest").awaitTermination(120)
+    assert len(collector.in_order()) == 8
+
+    async def shrink() -> None:
+        host, port = cluster.brokers["broker-b"].addr.rsplit(":", 1)
+        async with await BrokerClient.connect(host, int(port)) as client:
+            await client.create_topic("Shrink", read_queue_nums=1, write_queue_nums=1)
+
+    asyncio.run(shrink())
+    wait_until(lambda: cluster.read_queue_count("Shrink") == 3, timeout_s=20,
+               what="broker-b:1 of Shrink leaves the route")
+    with pytest.raises(Exception, match=r"Shrink@broker-b:1 .* no longer exists"):
+        start(spark, cluster, checkpoint, collector, topic="Shrink").awaitTermination(120)
+    send_round_robin(cluster, "Shrink", 6, "t")
+    start(spark, cluster, checkpoint, collector, topic="Shrink",
+          failOnDataLoss="false").awaitTermination(120)
+    assert len(collector.in_order()) == 14
