@@ -239,9 +239,6 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
             latest = limit(current, latest, limit_.max_rows)
         return offsets_to_json(latest)
 
-    def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None
-
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = offsets_from_json(start)
         finish = offsets_from_json(end)
