@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pytest_benchmark.fixture import BenchmarkFixture
 
@@ -30,6 +31,8 @@ MESSAGES = MIB * 1024 * 1024 // BODY
 SEND_BATCH = 64
 PULL_BATCH = 256
 ROUNDS = 2
+
+pytestmark = pytest.mark.timeout(1800)  # 1 GiB takes minutes (64 MiB: ~2-3 min here)
 
 
 def load(cluster: Cluster, topic: str) -> None:
