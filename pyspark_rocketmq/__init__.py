@@ -9,7 +9,7 @@ Spark also finds it by itself: at its first data-source lookup Spark imports eve
 module named `pyspark_*` that defines `DefaultSource` (Spark's own discovery of Python data
 sources), which this package does.
 
-Modules: `options` (the options, checked at plan time), `planning` (pure offset planning),
+Modules: `options` (the options, checked at plan time), `planning` (pure offset planning), `errors`,
 `arrow` (schema; pulled records as Arrow batches), `source` (batch and streaming readers),
 `sink` (batch and streaming writers). The brokers are reached with `pyrmq_client`.
 """
@@ -27,8 +27,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from pyspark_rocketmq.arrow import SOURCE_SCHEMA
-from pyspark_rocketmq.options import OptionError, SinkOptions, SourceOptions
-from pyspark_rocketmq.planning import DataLossError
+from pyspark_rocketmq.errors import DataLossError, OptionError
+from pyspark_rocketmq.options import SinkOptions, SourceOptions
 from pyspark_rocketmq.sink import BatchWriter, StreamWriter, check_schema
 from pyspark_rocketmq.source import BatchReader, StreamReader
 

@@ -16,6 +16,7 @@ from typing import Final
 
 from pyrmq_client.cluster import split_addrs
 from pyrmq_client.routing import MessageQueue
+from pyspark_rocketmq.errors import OptionError
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -25,16 +26,6 @@ DEFAULT_GROUP: Final = "pyspark_rocketmq"
 
 # A queue's offset by (topic, brokerName, queueId): what offsets JSON decodes to.
 QueueOffsets = dict[MessageQueue, int]
-
-
-class OptionError(ValueError):
-    """An option of the `rocketmq` data source cannot be used."""
-
-    def __init__(self, option: str, given: object, expected: str) -> None:
-        self.option = option
-        self.given = given
-        self.expected = expected
-        super().__init__(f"rocketmq option {option}={given!r}: expected {expected}")
 
 
 class _Options(dict[str, str]):

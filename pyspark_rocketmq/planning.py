@@ -10,11 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyrmq_client.routing import MessageQueue
+from pyspark_rocketmq.errors import DataLossError
 from pyspark_rocketmq.options import EARLIEST, LATEST, QueueOffsets
-
-
-class DataLossError(RuntimeError):
-    """Messages a query should read are gone (failOnDataLoss=true); names the queue and offsets."""
 
 
 @dataclass(frozen=True, slots=True)

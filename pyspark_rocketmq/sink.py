@@ -28,7 +28,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from pyrmq_client import ClusterClient, Message, MessageQueue
-from pyspark_rocketmq.options import OptionError, SinkOptions
+from pyspark_rocketmq.errors import OptionError
+from pyspark_rocketmq.options import SinkOptions
 
 IDEMPOTENCY_PROPERTY: Final = "SPARK_IDEMPOTENCY_KEY"
 _COLUMNS: Final = ("body", "topic", "tags", "keys", "properties", "queueId")

@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import (
 
 from pyrmq_client import ClusterClient, MessageQueue, PullResult, PullStatus
 from pyspark_rocketmq.arrow import records_to_batch
+from pyspark_rocketmq.errors import DataLossError
 from pyspark_rocketmq.options import (
     EARLIEST,
     LATEST,
@@ -38,7 +39,6 @@ from pyspark_rocketmq.options import (
     offsets_to_json,
 )
 from pyspark_rocketmq.planning import (
-    DataLossError,
     QueueBounds,
     QueueRange,
     limit,

@@ -8,17 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyrmq_client import MessageQueue
+from pyspark_rocketmq.errors import DataLossError, OptionError
 from pyspark_rocketmq.options import (
     EARLIEST,
     LATEST,
-    OptionError,
     SinkOptions,
     SourceOptions,
     offsets_from_json,
     offsets_to_json,
 )
 from pyspark_rocketmq.planning import (
-    DataLossError,
     QueueBounds,
     QueueRange,
     limit,
