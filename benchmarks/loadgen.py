@@ -7,7 +7,7 @@
 The workload shape of tests/interop/java/.../LoadGen.java, from Python: `producers` coroutines,
 each with its own connection, send back to back for warmup-s + duration-s, each waiting for its
 answer before the next send.
-- pyrmq: broker/client.py's `Producer` on a `BrokerClient` to the broker itself (no name-server
+- pyrmq: pyrmq_client's `Producer` on a `BrokerClient` to the broker itself (no name-server
   routing): SEND_MESSAGE_V2 of one message (sync) or SEND_BATCH_MESSAGE of batch-size messages
   (batch), queues round-robin from a random start, as the Java client picks them.
 - redis: redis-py's asyncio client, one `Redis` (one connection) per producer: XADD TOPIC * body
@@ -42,8 +42,8 @@ import redis.asyncio
 import redis.exceptions
 import uvloop
 
-from broker.client import BrokerClient, Message, Producer
 from broker.errors import BrokerClientError
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.errors import RemotingError
 
 PRODUCER_GROUP: Final = "pyrmq_py_loadgen_producer"
@@ -62,7 +62,7 @@ class Sender(Protocol):
 
 
 class PyrmqSender:
-    """Sends to a pyrmq (or any RocketMQ) broker through broker/client.py."""
+    """Sends to a pyrmq (or any RocketMQ) broker through pyrmq_client."""
 
     def __init__(self, client: BrokerClient, topic: str, *, body: bytes, batch_size: int | None,
                  queues: int) -> None:

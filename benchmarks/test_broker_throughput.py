@@ -19,7 +19,7 @@ a warm-up, then a measured window):
    sync sends, and batches of 32. (16 producers with a client instance each spend most of the
    2 cores on the clients' own threads: about 3,000 msg/s for either broker.)
 2. Java DefaultLitePullConsumer reading stored messages from each broker.
-3. pyrmq's Python load generator (benchmarks/loadgen.py: asyncio + uvloop, broker/client.py, or
+3. pyrmq's Python load generator (benchmarks/loadgen.py: asyncio + uvloop, pyrmq_client, or
    redis-py) against pyrmq and against Redis XADD: single sends, and batches of 32 (one
    SEND_BATCH_MESSAGE, or a pipeline of 32 XADDs).
 
@@ -59,7 +59,7 @@ from benchmarks.peers import (
     route_ready,
     start_redis,
 )
-from broker.client import BrokerClient
+from pyrmq_client import BrokerClient
 from tests.interop.harness import (
     CLIENT_SYSPROPS,
     NEWEST,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.conftest import record
 from benchmarks.test_broker_throughput import QUEUES, run_python_loadgen
-from broker.client import BrokerClient
+from pyrmq_client import BrokerClient
 from tests.integration.test_ha_processes import start, sync_state_set_of
 from tests.interop.pyrmq_env import PyrmqEnv, wait_until
 

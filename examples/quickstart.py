@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from broker.client import BrokerClient, Message, Producer, PullConsumer, PullStatus
+from pyrmq_client import BrokerClient, Message, Producer, PullConsumer, PullStatus
 
 
 async def main(host: str, port: int) -> int:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer
 from broker.config import load_broker_config
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.codes import ResponseCode
 from store.message_store import MessageStore
 from tests.interop.network import free_broker_port
