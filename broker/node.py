@@ -86,7 +86,7 @@ from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
 from controller_client.client import ControllerClient, parse_controller_addrs
-from ha.service import AutoSwitchHAService
+from ha.service import AutoSwitchHAService, HARole
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
@@ -426,7 +426,8 @@ class BrokerNode:
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
                                boot_timestamp_ms=boot_ms,
-                               ha_runtime_info=self.ha.runtime_info if self.ha else None)
+                               ha_runtime_info=self.ha.runtime_info if self.ha else None,
+                               role_id=self._role_id)
         rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
             RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
@@ -455,6 +456,7 @@ class BrokerNode:
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
             RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
+            RequestCode.GET_BROKER_EPOCH_CACHE: admin.get_broker_epoch_cache,
         })
         if self.replicas is not None:
             replicas = self.replicas
@@ -465,6 +467,15 @@ class BrokerNode:
 
             router.register({RequestCode.NOTIFY_BROKER_ROLE_CHANGED: notify_broker_role_changed})
         return send
+
+    def _role_id(self) -> int:
+        """The id this broker reports for its role: 0 as master (as it registers with name
+        servers), else its controller id (GET_BROKER_EPOCH_CACHE)."""
+        if self.ha is not None and self.ha.role is HARole.MASTER:
+            return MASTER_ID
+        if self.replicas is not None and self.replicas.broker_id is not None:
+            return self.replicas.broker_id
+        return self.config.broker_id
 
     async def start_fixed_ha_role(self, ha: AutoSwitchHAService) -> None:
         """Take the role `broker.conf` gives (`pyrmqHaRole`), as the ReplicasManager will from

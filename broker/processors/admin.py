@@ -1,6 +1,7 @@
 """Admin and slave-sync codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
 GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
-GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351) and GET_BROKER_HA_STATUS (907)
+GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351), GET_BROKER_HA_STATUS (907) and
+GET_BROKER_EPOCH_CACHE (1007)
 (remoting-protocol.md §6.11, §10).
 
 UPDATE_AND_CREATE_TOPIC follows Java 5.3.3's `AdminBrokerProcessor.updateAndCreateTopic`:
@@ -37,6 +38,8 @@ from broker.metrics import BrokerMetrics
 from broker.runtime_stats import RuntimeStats
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
+from controller.messages import EpochEntry as EpochEntryBody
+from controller.messages import EpochEntryCache
 from ha.service import HARuntimeInfo
 from remoting.bodies import KVTable, TopicConfig, TopicFilterType
 from remoting.codes import PYRMQ_VERSION, PYRMQ_VERSION_DESC, ResponseCode
@@ -182,6 +185,7 @@ class AdminProcessor:
         boot_timestamp_ms: int,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         ha_runtime_info: Callable[[], HARuntimeInfo] | None = None,
+        role_id: Callable[[], int] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -193,6 +197,7 @@ class AdminProcessor:
         self._boot_timestamp_ms = boot_timestamp_ms
         self._wall_ms = wall_ms
         self._ha_runtime_info = ha_runtime_info
+        self._role_id = role_id or (lambda: config.broker_id)
 
     async def update_and_create_topic(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -303,6 +308,28 @@ class AdminProcessor:
             info = HARuntimeInfo(master=True,
                                  master_commit_log_max_offset=self._store.max_phy_offset)
         return request.make_response(ResponseCode.SUCCESS, body=encode_ha_runtime_info(info))
+
+    async def get_broker_epoch_cache(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """`mqadmin getBrokerEpoch`: the store's epoch entries (the last one open-ended, as
+        Java's), the role id (0 on the master) and the max offset. Controller mode only."""
+        if not self._config.enable_controller_mode:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark="GET_BROKER_EPOCH_CACHE needs enableControllerMode=true",
+            )
+        cache = EpochEntryCache(
+            cluster_name=self._config.broker_cluster_name,
+            broker_name=self._config.broker_name,
+            broker_id=self._role_id(),
+            epoch_list=tuple(
+                EpochEntryBody(entry.epoch, entry.start_offset, entry.end_offset)
+                for entry in self._store.epoch_cache
+            ),
+            max_offset=self._store.max_phy_offset,
+        )
+        return request.make_response(ResponseCode.SUCCESS, body=cache.encode())
 
     def runtime_info(self) -> dict[str, str]:
         """The KVTable of GET_BROKER_RUNTIME_INFO: Java's keys that `mqadmin clusterList` and

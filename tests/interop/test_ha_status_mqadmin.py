@@ -5,7 +5,9 @@ One pyrmq master and one pyrmq slave (roles from `broker.conf`, tests/integratio
 test_ha_processes.py), 200 messages sent through the master (each acked by the slave), then:
 - on the master, haStatus prints its commitlog max offset, one slave, one in-sync slave, and the
   slave's row: its address, acked offset = max offset, diff 0, status OK;
-- on the slave, it prints the master's HA address and the slave's own max offset (the same).
+- on the slave, it prints the master's HA address and the slave's own max offset (the same);
+- GET_BROKER_EPOCH_CACHE (1007, `mqadmin getBrokerEpoch`) answers each broker's epoch cache: the
+  master as role id 0, the slave as its controller id, both with the master's one open epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from remoting.codes import ResponseCode
+from controller.messages import EpochEntry, EpochEntryCache
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
 from tests.integration.test_ha_processes import send_all, start, sync_state_set_of
 from tests.interop.harness import JavaEnv
 from tests.interop.pyrmq_env import PyrmqEnv, wait_until
@@ -70,5 +75,19 @@ async def test_mqadmin_ha_status_on_a_pyrmq_master_and_slave(env: PyrmqEnv,
     assert float(_field(out, "TransferSpeed(KB/s)")) >= 0.0, out
     assert re.match(r"\d{4}-\d{2}-\d{2} ", _field(out, "LastReadTime")), out
     assert _field(out, "MasterFlushOffset") == "0", out
+    for process, role_id in ((master, 0), (slave, 2)):
+        host, port = process.addr.rsplit(":", 1)
+        client = await RemotingClient.connect(host, int(port))
+        try:
+            response = await client.invoke(
+                RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE), timeout_ms=5_000)
+        finally:
+            await client.close()
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        cache = EpochEntryCache.decode(response.body)
+        assert (cache.broker_name, cache.broker_id, cache.max_offset) == (
+            "broker-a", role_id, max_offset)
+        assert cache.epoch_list == (EpochEntry(1, 0, 2**63 - 1),)
+
     for process in (master, slave):
         assert process.terminate() == 0, process.diagnostics()
