@@ -72,6 +72,7 @@ from broker.pull_hold import (
 from broker.rebalance_lock import RebalanceLockManager
 from broker.runtime_stats import RuntimeStats
 from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMessageService
+from broker.slave_synchronize import SlaveSynchronize
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
@@ -144,6 +145,8 @@ class BrokerNode:
         self.metrics: BrokerMetrics | None = None
         self.loop_monitor: LoopMonitor | None = None
         self.ha: AutoSwitchHAService | None = None
+        self.slave_synchronize: SlaveSynchronize | None = None
+        self.vip_server: RemotingServer | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -247,6 +250,7 @@ class BrokerNode:
         # can be read before they are in place.
         await server.start(config.bind_address, config.listen_port)
         self.server = server
+        await self._start_vip_server(router)
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
@@ -261,6 +265,10 @@ class BrokerNode:
         )
         await asyncio.to_thread(schedule.load)
         self.schedule_message_service = schedule
+        self.slave_synchronize = SlaveSynchronize(
+            topics=topics, groups=groups, offsets=offsets, delay_offsets=schedule,
+            own_addr=lambda: self.broker_addr, interval_ms=config.pyrmq_slave_sync_interval_ms,
+        )
         if self.ha is not None and config.pyrmq_ha_role:
             await self.start_fixed_ha_role(self.ha)
         registration = NamesrvRegistration(
@@ -335,6 +343,7 @@ class BrokerNode:
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(store.run(), name="store"),
+                group.create_task(self._slave_synchronize().run(), name="slave-synchronize"),
                 group.create_task(registration.run(), name="namesrv-registration"),
                 group.create_task(clients.run(), name="client-housekeeping"),
                 group.create_task(notifier.run(), name="consumer-ids-notifier"),
@@ -375,7 +384,8 @@ class BrokerNode:
         admin = AdminProcessor(config=config, store=store, topic_configs=topics,
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
-                               boot_timestamp_ms=boot_ms)
+                               boot_timestamp_ms=boot_ms,
+                               delay_offsets_json=self._delay_offsets_json)
         rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
             RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
@@ -400,6 +410,8 @@ class BrokerNode:
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
+            RequestCode.GET_ALL_MESSAGE_REQUEST_MODE: admin.get_all_message_request_mode,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
@@ -424,6 +436,36 @@ class BrokerNode:
                     key="pyrmqHaMasterAddress",
                 )
             await ha.become_slave((host, int(port)), epoch)
+            master = config.pyrmq_ha_master_remoting_address or f"{host}:{int(port) - 1}"
+            try:
+                self._slave_synchronize().set_master(master)
+            except ValueError as err:
+                raise BrokerConfigError(str(err), key="pyrmqHaMasterRemotingAddress") from err
+
+    def _slave_synchronize(self) -> SlaveSynchronize:
+        if self.slave_synchronize is None:
+            raise RuntimeError("broker is not started")
+        return self.slave_synchronize
+
+    def _delay_offsets_json(self) -> str | None:
+        schedule = self.schedule_message_service
+        return None if schedule is None else schedule.encode_json()
+
+    async def _start_vip_server(self, router: Router) -> None:
+        """Java's fast remoting server ("VIP channel") on listenPort - 2, serving the same
+        codes: a Java slave asks GET_ALL_TOPIC_CONFIG there. Not opened with listenPort 0 or
+        below 3; a port already taken is a warning (only Java slaves' topic sync needs it)."""
+        config = self.config
+        if config.listen_port <= 2:
+            return
+        vip = RemotingServer(router.handle, limits=self._server_limits, name="broker-vip")
+        try:
+            await vip.start(config.bind_address, config.listen_port - 2)
+        except OSError as err:
+            log.warning("fast remoting port %d not opened (Java slaves cannot sync topic "
+                        "configs from this broker): %s", config.listen_port - 2, err)
+            return
+        self.vip_server = vip
 
     def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
                                 ) -> None:
@@ -459,6 +501,8 @@ class BrokerNode:
             await self.ha.close()
         if self.server is not None and not self._server_closed:
             self._server_closed = True
+            if self.vip_server is not None:
+                await self.vip_server.close()
             await self.server.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
