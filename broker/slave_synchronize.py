@@ -262,8 +262,9 @@ class Page(Generic[T]):
 
 async def fetch_all_pages(
     fetch: Callable[[int, DataVersion | None], Awaitable[Page[T]]],
-) -> tuple[dict[str, T], DataVersion]:
-    """Run the paging loop over `fetch(seq, version)`; the whole table and its version."""
+) -> tuple[dict[str, T], DataVersion, int]:
+    """Run the paging loop over `fetch(seq, version)`; the whole table, its version and the
+    number of pages asked."""
     cursor = PageCursor()
     table: dict[str, T] = {}
     while True:
@@ -279,7 +280,7 @@ async def fetch_all_pages(
             if page.total is not None and len(table) < page.total:
                 raise MetadataSyncError(f"pages held {len(table)} distinct entries of "
                                         f"total={page.total}")
-            return table, cursor.version
+            return table, cursor.version, cursor.pages
 
 
 @dataclass(slots=True)
@@ -410,7 +411,7 @@ class SlaveSynchronize:
                 response.body), "GET_ALL_TOPIC_CONFIG")
             return Page(wrapper.topic_config_table, wrapper.data_version, total)
 
-        configs, version = await fetch_all_pages(fetch)
+        configs, version, pages = await fetch_all_pages(fetch)
         if not configs:
             raise MetadataSyncError("GET_ALL_TOPIC_CONFIG: the master lists no topic (a broker "
                                     "always has its system topics): not applied")
@@ -418,8 +419,8 @@ class SlaveSynchronize:
             return
         await self._topics.replace_from_master(configs, version)
         self.counters.topics_applied += 1
-        log.info("slave sync: topic configs from master topics=%d version=%s", len(configs),
-                 version)
+        log.info("slave sync: topic configs from master topics=%d pages=%d version=%s",
+                 len(configs), pages, version)
 
     async def _sync_groups(self, client: RemotingClient) -> None:
         async def fetch(seq: int, version: DataVersion | None) -> Page[JSONValue]:
@@ -441,7 +442,7 @@ class SlaveSynchronize:
                 "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
             return Page(dict(groups), version_now, total)  # forbiddenTable: ignored (§10)
 
-        table, version = await fetch_all_pages(fetch)
+        table, version, pages = await fetch_all_pages(fetch)
         if not table:
             raise MetadataSyncError("GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the master lists no "
                                     "group (a broker always has its system groups): not applied")
@@ -450,8 +451,8 @@ class SlaveSynchronize:
         configs = _decode(lambda: decode_groups(table), "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
         await self._groups.replace_from_master(configs, version)
         self.counters.groups_applied += 1
-        log.info("slave sync: subscription groups from master groups=%d version=%s",
-                 len(table), version)
+        log.info("slave sync: subscription groups from master groups=%d pages=%d version=%s",
+                 len(table), pages, version)
 
     async def _sync_offsets(self, client: RemotingClient) -> None:
         response = await self._invoke(client, RequestCode.GET_ALL_CONSUMER_OFFSET, {},

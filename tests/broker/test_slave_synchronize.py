@@ -147,8 +147,9 @@ def _java_slave_loop(names: list[str], page_size: int) -> set[str]:
 @given(st.integers(0, 60), st.integers(1, 9), st.booleans())
 def test_the_loop_gathers_every_entry(total: int, page_size: int, extend: bool) -> None:
     names = sorted(f"T{i:03d}" for i in range(total))
-    table, version = asyncio.run(
+    table, version, pages = asyncio.run(
         fetch_all_pages(_master_pages(names, page_size, extend=extend)))
+    assert pages >= max(1, -(-total // (page_size + 1)))
     assert sorted(table) == names
     assert version == V1
 
@@ -171,8 +172,8 @@ async def test_the_loop_starts_again_when_the_table_changes() -> None:
         names = ["A", "B", "C", "D"][begin:begin + 2]
         return Page(dict.fromkeys(names, 2), current, 4)
 
-    table, version = await fetch_all_pages(fetch)
-    assert (table, version) == ({"A": 2, "B": 2, "C": 2, "D": 2}, V2)
+    table, version, pages = await fetch_all_pages(fetch)
+    assert (table, version, pages) == ({"A": 2, "B": 2, "C": 2, "D": 2}, V2, 4)
     assert asked == [(0, None), (2, V1), (0, V2), (2, V2)]
 
 
