@@ -203,6 +203,22 @@ def test_merge_consumer_offsets(local: dict[str, dict[int, int]],
     assert merge_consumer_offsets(local, master) == merged
 
 
+offset_tables = st.dictionaries(
+    st.sampled_from(["a@g", "b@g", "c@h"]),
+    st.dictionaries(st.integers(0, 3), st.integers(0, 100), max_size=3), max_size=3)
+
+
+@given(offset_tables, offset_tables)
+def test_merge_keeps_the_slaves_keys_and_takes_the_masters(
+        local: dict[str, dict[int, int]], master: dict[str, dict[int, int]]) -> None:
+    merged = merge_consumer_offsets(local, master)
+    result = local if merged is None else merged
+    assert {key: result[key] for key in master} == master
+    assert {key: result[key] for key in local if key not in master} == \
+        {key: queues for key, queues in local.items() if key not in master}
+    assert (merged is None) == all(local.get(key) == queues for key, queues in master.items())
+
+
 # -- the master's processors -------------------------------------------------------------------
 
 
@@ -327,6 +343,9 @@ async def test_topics_groups_and_offsets_reach_the_slave_and_survive_its_restart
     offsets = {0: 11, 3: 4}
     master_config = _master_config(tmp_path / "master", split_metadata_size=split_metadata_size)
     async with running_broker(master_config) as master:
+        schedule = master.schedule_message_service
+        assert schedule is not None
+        schedule.offset_table[3] = 7  # level 3's queue is empty: its task leaves this alone
         async with connected(master) as client:
             await client.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
             await client.heartbeat(consumer_groups={group: {topic: "*"}})
@@ -346,6 +365,13 @@ async def test_topics_groups_and_offsets_reach_the_slave_and_survive_its_restart
             assert {t.topic_name: t for t in slave_topics} == \
                 {t.topic_name: t for t in master_topics}
             assert slave_topics.data_version == master_topics.data_version
+            slave_schedule = slave.schedule_message_service
+            assert slave_schedule is not None
+            await wait_until(lambda: slave_schedule.offset_table.get(3) == 7,
+                             timeout_s=SYNC_TIMEOUT_S, what="delay offsets reach the slave")
+            delay_file = tmp_path / "slave" / "config" / "delayOffset.json"
+            await wait_until(lambda: delay_file.exists() and "3:7" in delay_file.read_text(),
+                             timeout_s=SYNC_TIMEOUT_S, what="the slave wrote delayOffset.json")
             # a later change on the master arrives too
             async with connected(master) as client:
                 await client.create_topic("LaterTopic")
