@@ -23,6 +23,7 @@ from hypothesis import given
 
 from broker.config import BrokerConfig
 from broker.config_file import dump_pretty
+from broker.errors import BrokerConfigError
 from broker.node import BrokerNode
 from broker.slave_synchronize import (
     MetadataSyncError,
@@ -386,6 +387,29 @@ async def test_topics_groups_and_offsets_reach_the_slave_and_survive_its_restart
     async with running_broker(restarted) as slave:
         assert _slave_has(slave, topic=topic, group=group, offsets={0: 12, 3: 4})
         assert _slave_has(slave, topic="LaterTopic", group=group, offsets={})
+
+
+async def test_the_slave_derives_the_masters_remoting_address_from_its_ha_address(
+        tmp_path: Path) -> None:
+    from tests.interop.network import free_broker_port
+
+    port = free_broker_port()
+    master_config = _master_config(tmp_path / "master", listen_port=port)
+    assert master_config.ha_listen_port == port + 1  # Java's default layout
+    async with running_broker(master_config) as master:
+        slave_config = _slave_config(tmp_path / "slave", master,
+                                     pyrmq_ha_master_remoting_address="")
+        async with running_broker(slave_config) as slave:
+            sync = slave.slave_synchronize
+            assert sync is not None
+            assert sync.master_addr == master.broker_addr == f"127.0.0.1:{port}"
+            await wait_until(lambda: sync.counters.rounds > 0 and sync.counters.failures == 0
+                             and sync.counters.topics_applied > 0,
+                             timeout_s=SYNC_TIMEOUT_S, what="a successful round")
+        bad = dataclasses.replace(slave_config, pyrmq_ha_master_remoting_address="nohost")
+        with pytest.raises(BrokerConfigError, match="'nohost' is not ip:port"):
+            async with running_broker(bad):
+                pass
 
 
 # -- a hostile master -------------------------------------------------------------------------
