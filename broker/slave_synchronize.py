@@ -18,6 +18,8 @@ Pure core (no I/O, tested with tables and hypothesis):
 
 Shell: `SlaveSynchronize.run()` is a task of the node; `set_master(addr)` starts syncing from
 `addr` (at once, then every `interval_ms`), `set_master(None)` stops it (on becoming master).
+The node builds one (`BrokerNode.slave_synchronize`) and runs it; a fixed role from
+`broker.conf` (`pyrmqHaRole=slave`) sets the master, the ReplicasManager will do the same.
 Each round (`sync_all`) asks the master's remoting address over one connection (kept between
 rounds, dropped on any error); a round that fails changes nothing it had not finished (topics,
 groups, offsets and delay offsets are applied one by one, each only when completely fetched)
