@@ -6,8 +6,9 @@ Start: open the store (recovery, in a worker thread), load `config/topics.json`,
 freeze the start-up heap (`broker/heap.py`, when the process entry point asks), start the
 event-loop lag monitor (`broker/loop_monitor.py`), then run the background tasks: the store's
 loops, the name-server registration, client housekeeping, consumer-ids notifications, the
-long-polling check, the periodic consumer-offset persist and the TPS sampler of the runtime
-info.
+long-polling check, the periodic consumer-offset persist, the TPS sampler of the runtime
+info and the slave metadata sync (idle until the node is a slave; `broker/slave_synchronize.py`).
+With a fixed `listenPort` it also serves on `listenPort - 2`, Java's fast remoting port.
 
 Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
@@ -250,7 +251,6 @@ class BrokerNode:
         # can be read before they are in place.
         await server.start(config.bind_address, config.listen_port)
         self.server = server
-        await self._start_vip_server(router)
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
@@ -258,6 +258,7 @@ class BrokerNode:
             router, store, store_host, boot_ms, topics=topics, groups=groups, offsets=offsets,
             clients=clients, pull_hold=pull_hold, metrics=metrics, runtime_stats=runtime_stats,
         )
+        await self._start_vip_server(router)
         schedule = ScheduleMessageService(
             store=store, delays_ms=parse_message_delay_level(config.message_delay_level),
             file=ConfigFile(config_dir / DELAY_OFFSET_FILE_NAME), put_time_up=send.put_time_up,
