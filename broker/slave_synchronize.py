@@ -395,13 +395,20 @@ class SlaveSynchronize:
     async def sync_all(self, addr: str) -> None:
         """Copy every table from `addr`; raises MetadataSyncError or a RemotingError."""
         client = await self._client_for(addr)
-        await self._sync_topics(client)
-        await self._sync_offsets(client)
+        await self._sync_topics(client, addr)
+        await self._sync_offsets(client, addr)
         if self._delay_offsets is not None:
-            await self._sync_delay_offsets(client, self._delay_offsets)
-        await self._sync_groups(client)
+            await self._sync_delay_offsets(client, addr, self._delay_offsets)
+        await self._sync_groups(client, addr)
 
-    async def _sync_topics(self, client: RemotingClient) -> None:
+    def _check_master(self, addr: str) -> None:
+        """Called right before applying: a node that became master (or follows another one)
+        meanwhile must not take this round's tables."""
+        if self._master != addr:
+            raise MetadataSyncError(f"the master changed from {addr} to {self._master} during "
+                                    "the round: not applied")
+
+    async def _sync_topics(self, client: RemotingClient, addr: str) -> None:
         async def fetch(seq: int, version: DataVersion | None) -> Page[TopicConfig]:
             header = GetAllTopicConfigRequestHeader(
                 topic_seq=seq, max_topic_num=self._max_page_size,
@@ -419,12 +426,13 @@ class SlaveSynchronize:
                                     "always has its system topics): not applied")
         if version == self._topics.data_version:
             return
+        self._check_master(addr)
         await self._topics.replace_from_master(configs, version)
         self.counters.topics_applied += 1
         log.info("slave sync: topic configs from master topics=%d pages=%d version=%s",
                  len(configs), pages, version)
 
-    async def _sync_groups(self, client: RemotingClient) -> None:
+    async def _sync_groups(self, client: RemotingClient, addr: str) -> None:
         async def fetch(seq: int, version: DataVersion | None) -> Page[JSONValue]:
             header = GetAllSubscriptionGroupRequestHeader(
                 group_seq=seq, max_group_num=self._max_page_size,
@@ -451,27 +459,31 @@ class SlaveSynchronize:
         if version == self._groups.data_version:
             return
         configs = _decode(lambda: decode_groups(table), "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
+        self._check_master(addr)
         await self._groups.replace_from_master(configs, version)
         self.counters.groups_applied += 1
         log.info("slave sync: subscription groups from master groups=%d pages=%d version=%s",
                  len(table), pages, version)
 
-    async def _sync_offsets(self, client: RemotingClient) -> None:
+    async def _sync_offsets(self, client: RemotingClient, addr: str) -> None:
         response = await self._invoke(client, RequestCode.GET_ALL_CONSUMER_OFFSET, {},
                                       "GET_ALL_CONSUMER_OFFSET")
         body = _decode(lambda: decode_offsets_body(response.body), "GET_ALL_CONSUMER_OFFSET")
         merged = merge_consumer_offsets(self._offsets.offset_table, body.offset_table)
         if merged is None:
             return
+        self._check_master(addr)
         await self._offsets.replace_from_master(merged, body.data_version)
         self.counters.offsets_applied += 1
 
-    async def _sync_delay_offsets(self, client: RemotingClient, target: DelayOffsets) -> None:
+    async def _sync_delay_offsets(self, client: RemotingClient, addr: str,
+                                  target: DelayOffsets) -> None:
         response = await self._invoke(client, RequestCode.GET_ALL_DELAY_OFFSET, {},
                                       "GET_ALL_DELAY_OFFSET")
         if not response.body:  # a master without delay offsets answers no body
             return
         body = _decode(lambda: decode_delay_offsets_body(response.body), "GET_ALL_DELAY_OFFSET")
+        self._check_master(addr)
         await target.replace_from_master(body.offset_table[""], body.data_version)
         self.counters.delay_offsets_applied += 1
 

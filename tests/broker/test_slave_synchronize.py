@@ -516,6 +516,32 @@ async def test_a_bad_master_answer_is_a_typed_error_and_changes_nothing(
         assert (list(topics), dict(groups.table), dict(offsets.offset_table)) == before
 
 
+async def test_a_round_applies_nothing_once_the_node_stopped_following(
+        tmp_path: Path) -> None:
+    """set_master(None) while a round waits for the master: that round applies nothing."""
+    async with fake_master() as fake, running_broker(broker_config(tmp_path)) as node:
+        topics, groups, offsets = node.topic_configs, node.subscription_groups, \
+            node.consumer_offsets
+        assert topics is not None
+        assert groups is not None
+        assert offsets is not None
+        sync = SlaveSynchronize(topics=topics, groups=groups, offsets=offsets,
+                                delay_offsets=None, own_addr=lambda: node.broker_addr)
+        before = list(topics)
+
+        def promoted_meanwhile(request: RemotingCommand) -> RemotingCommand:
+            sync.set_master(None)  # e.g. the ReplicasManager made this node master
+            return request.make_response(
+                ResponseCode.SUCCESS,
+                body=b'{"topicConfigTable":{"Other":{"topicName":"Other"}}}')
+
+        fake.answers[RequestCode.GET_ALL_TOPIC_CONFIG] = promoted_meanwhile
+        sync.set_master(fake.address)
+        assert not await sync.sync_once()
+        assert "the master changed" in sync.counters.last_error
+        assert list(topics) == before
+
+
 def test_set_master_refuses_an_address_that_is_not_ip_port() -> None:
     sync = SlaveSynchronize(topics=None, groups=None, offsets=None,  # type: ignore[arg-type]
                             delay_offsets=None, own_addr=lambda: "")
