@@ -43,6 +43,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.server import RemotingServer, ServerLimits
 from tests.broker.support import broker_config, connected, running_broker, wait_until
+from tests.interop.network import free_port
 
 V1 = DataVersion(timestamp=1, counter=1)
 V2 = DataVersion(timestamp=2, counter=2)
@@ -382,8 +383,10 @@ async def test_topics_groups_and_offsets_reach_the_slave_and_survive_its_restart
                              _slave_has(slave, topic=topic, group=group,
                                         offsets={0: 12, 3: 4}),
                              timeout_s=SYNC_TIMEOUT_S, what="later changes reach the slave")
-    # the slave restarts alone (no master, no role): everything was persisted
-    restarted = dataclasses.replace(slave_config, pyrmq_ha_role="")
+    # the slave restarts alone (no master, no role yet: its controller is not up): everything
+    # was persisted
+    restarted = dataclasses.replace(slave_config, pyrmq_ha_role="",
+                                    controller_addr=f"127.0.0.1:{free_port()}")
     async with running_broker(restarted) as slave:
         assert _slave_has(slave, topic=topic, group=group, offsets={0: 12, 3: 4})
         assert _slave_has(slave, topic="LaterTopic", group=group, offsets={})
