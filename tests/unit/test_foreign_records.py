@@ -5,8 +5,11 @@ With `forceVerifyPropCRC=false` (Java's default) it does. With pyrmq's default (
 promotion's partial-tail cut takes the first Java record as invalid ("no __CRC32# property in
 the last 20 bytes of PROPERTIES") and cuts the whole replicated log back to 0, acknowledged
 messages included: found by tests/interop/test_mixed_ha_group.py (a Java master killed, the
-pyrmq slave elected, its log cut from 295453 bytes to 0). That case is xfail(strict) until the
-default or the cut changes.
+pyrmq slave elected, its log cut from 295453 bytes to 0). Not a wire difference: Java with
+forceVerifyPropCRC=true also takes such a record as invalid ("not found CRC in properties"); the
+difference is pyrmq's default. A mixed set works with forceVerifyPropCRC=false on the pyrmq
+brokers (tests/interop/test_mixed_ha_group.py) or enabledAppendPropCRC=true on the Java ones.
+That case is xfail(strict) until the default or the cut changes.
 """
 
 from __future__ import annotations
