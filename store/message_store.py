@@ -23,6 +23,7 @@ import enum
 import functools
 import logging
 import shutil
+import struct
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,8 @@ from store.errors import (
     WriteRefusedError,
 )
 from store.message_format import (
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
     CheckStatus,
     EncodedBatch,
     EncodedMessage,
@@ -61,6 +64,8 @@ from store.store_recovery import RecoveryReport, recover_store
 from store.transaction_type import batch_transaction_error, takes_queue_offset
 
 log = logging.getLogger(__name__)
+
+_SIZE_AND_MAGIC: Final = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -837,6 +842,16 @@ class MessageStore:
         the epoch's start offset. Blocking; the store must be fenced meanwhile."""
         end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
         if end < self.commitlog.max_phy_offset:
+            if end < self._confirm_offset and not self._is_partial_record(end):
+                raise DataInvariantError(
+                    f"refusing to become master: the record at {end}, below the confirm offset "
+                    f"{self._confirm_offset}, fails its check ({self._check_at(end).reason}); "
+                    "cutting there would drop acknowledged messages (records from a Java master "
+                    "carry no __CRC32# property: in a group with Java brokers set "
+                    "forceVerifyPropCRC=false)"
+                )
+            # A replicated tail may end inside a record (the confirm offset too: slaves ack
+            # byte ranges): that partial record goes.
             self.truncate_to_blocking(end, allow_below_confirm=True)
         start = self.commitlog.max_phy_offset
         cache = self.epoch_cache.truncate_suffix_by_epoch(epoch).append(epoch, start)
@@ -847,6 +862,29 @@ class MessageStore:
         self.confirm_follows_max = False
         self.dispatch_pending()
         return start
+
+    def _check_at(self, pos: int) -> RecordCheck:
+        mapped = self.commitlog.files.find(pos)
+        if mapped is None:
+            return RecordCheck(CheckStatus.INVALID, 0, f"no commitlog file holds {pos}")
+        return check_record(
+            mapped.buf, pos - mapped.file_from_offset, limit=mapped.wrote_position,
+            expected_phy_offset=pos, check_body_crc=True,
+            verify_prop_crc=self.config.force_verify_prop_crc,
+        )
+
+    def _is_partial_record(self, pos: int) -> bool:
+        """Whether the bytes at `pos` are the start of a record that replication has not
+        finished (its TOTALSIZE runs past the written end), not a damaged or refused one."""
+        mapped = self.commitlog.files.find(pos)
+        if mapped is None:
+            return True
+        file_pos = pos - mapped.file_from_offset
+        left = mapped.wrote_position - file_pos
+        if left < _SIZE_AND_MAGIC.size:
+            return True
+        total_size, magic_code = _SIZE_AND_MAGIC.unpack_from(mapped.buf, file_pos)
+        return magic_code in (MAGIC_CODE_V1, MAGIC_CODE_V2) and total_size > left
 
     async def become_master(self, epoch: int) -> int:
         """`become_master_blocking` in a worker thread, under the disk lock."""

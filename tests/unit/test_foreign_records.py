@@ -2,14 +2,15 @@
 enabledAppendPropCRC defaults to false). Promoted (changeToMaster), it must keep them all.
 
 With `forceVerifyPropCRC=false` (Java's default) it does. With pyrmq's default (true) the
-promotion's partial-tail cut takes the first Java record as invalid ("no __CRC32# property in
-the last 20 bytes of PROPERTIES") and cuts the whole replicated log back to 0, acknowledged
-messages included: found by tests/interop/test_mixed_ha_group.py (a Java master killed, the
-pyrmq slave elected, its log cut from 295453 bytes to 0). Not a wire difference: Java with
-forceVerifyPropCRC=true also takes such a record as invalid ("not found CRC in properties"); the
-difference is pyrmq's default. A mixed set works with forceVerifyPropCRC=false on the pyrmq
-brokers (tests/interop/test_mixed_ha_group.py) or enabledAppendPropCRC=true on the Java ones.
-That case is xfail(strict) until the default or the cut changes.
+first Java record fails the check ("no __CRC32# property in the last 20 bytes of PROPERTIES");
+the promotion's cut of a partial tail then once cut the whole replicated log back to 0,
+acknowledged messages included (found by tests/interop/test_mixed_ha_group.py: a Java master
+killed, the pyrmq slave elected, its log cut from 295453 bytes to 0). Now a record below the
+confirm offset that fails its check (rather than ending past the written bytes) makes the
+promotion refuse with DataInvariantError naming the record and the setting: the broker stops
+instead of losing acknowledged messages. A mixed set runs with forceVerifyPropCRC=false on the
+pyrmq brokers (tests/interop/test_mixed_ha_group.py) or enabledAppendPropCRC=true on the Java
+ones. Java with forceVerifyPropCRC=true also takes such a record as invalid.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from store.errors import DataInvariantError
 from store.message_format import encode_properties, prepare_message
 from store.message_store import MessageStore
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, small_config
@@ -45,7 +47,8 @@ async def java_style_log(root: Path) -> bytes:
 
 
 async def promoted_start(tmp_path: Path, *, force_verify_prop_crc: bool) -> tuple[int, int]:
-    """Replicate the Java-style log to a slave, promote it; (log end, epoch start offset)."""
+    """Replicate the Java-style log to a slave (all of it confirmed, as when every member
+    acked it), promote it; (log end, epoch start offset)."""
     data = await java_style_log(tmp_path / "master")
     slave = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True,
                                       force_verify_prop_crc=force_verify_prop_crc))
@@ -53,6 +56,7 @@ async def promoted_start(tmp_path: Path, *, force_verify_prop_crc: bool) -> tupl
     try:
         slave.fenced = True
         slave.append_replicated(0, data)
+        slave.set_confirm_offset(len(data))
         return len(data), slave.become_master_blocking(2)
     finally:
         slave.close()
@@ -65,9 +69,9 @@ async def test_a_promoted_slave_keeps_java_records_without_forced_prop_crc(
     assert start == end > 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pyrmq's default forceVerifyPropCRC=true takes a Java record (no __CRC32# property) as "
-    "invalid: become_master's partial-tail cut drops the whole replicated log (start 0)"))
-async def test_a_promoted_slave_keeps_java_records_with_pyrmq_defaults(tmp_path: Path) -> None:
-    end, start = await promoted_start(tmp_path, force_verify_prop_crc=True)
-    assert start == end
+async def test_with_forced_prop_crc_a_promotion_refuses_rather_than_cut_confirmed_records(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(DataInvariantError, match=r"record at 0, below the confirm offset .*"
+                       r"forceVerifyPropCRC=false"):
+        await promoted_start(tmp_path, force_verify_prop_crc=True)
