@@ -2,16 +2,22 @@
 
     python -m benchmarks.loadgen pyrmq|redis HOST:PORT TOPIC sync|batch
         [--producers 16] [--body-bytes 1024] [--batch-size 32] [--queues 8]
-        [--warmup-s 3] [--duration-s 10]
+        [--warmup-s 3] [--duration-s 10] [--rate MSGS_PER_S]
 
 The workload shape of tests/interop/java/.../LoadGen.java, from Python: `producers` coroutines,
 each with its own connection, send back to back for warmup-s + duration-s, each waiting for its
 answer before the next send.
-- pyrmq: broker/client.py's `Producer` on a `BrokerClient` to the broker itself (no name-server
+- pyrmq: pyrmq_client's `Producer` on a `BrokerClient` to the broker itself (no name-server
   routing): SEND_MESSAGE_V2 of one message (sync) or SEND_BATCH_MESSAGE of batch-size messages
   (batch), queues round-robin from a random start, as the Java client picks them.
 - redis: redis-py's asyncio client, one `Redis` (one connection) per producer: XADD TOPIC * body
   <body-bytes> (sync) or a pipeline of batch-size such XADDs in one round trip (batch).
+
+With `--rate`, the load is open-loop at that many messages/s in all: each producer sends on
+its own fixed schedule (every producers/rate s, the producers evenly staggered), waiting for
+each answer; one that falls behind its schedule sends at once, and the largest lag behind the
+schedule is reported (`behind_schedule_max_ms`: a figure above the p99 means the target did not
+keep up and the latencies understate the queueing).
 
 Only sends started inside the measured window count; their latency (call to answer) gives p50 and
 p99 (nearest rank). Prints "WINDOW_OPEN" when the window opens, "WINDOW_CLOSED" when every
@@ -36,8 +42,8 @@ import redis.asyncio
 import redis.exceptions
 import uvloop
 
-from broker.client import BrokerClient, Message, Producer
 from broker.errors import BrokerClientError
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.errors import RemotingError
 
 PRODUCER_GROUP: Final = "pyrmq_py_loadgen_producer"
@@ -56,7 +62,7 @@ class Sender(Protocol):
 
 
 class PyrmqSender:
-    """Sends to a pyrmq (or any RocketMQ) broker through broker/client.py."""
+    """Sends to a pyrmq (or any RocketMQ) broker through pyrmq_client."""
 
     def __init__(self, client: BrokerClient, topic: str, *, body: bytes, batch_size: int | None,
                  queues: int) -> None:
@@ -129,6 +135,7 @@ class ProducerStats:
     total_messages: int = 0
     errors: int = 0
     last_done_ns: int = 0
+    behind_ns: int = 0  # open loop: the largest lag behind the schedule
 
 
 _errors_printed = 0
@@ -142,10 +149,19 @@ def _report_error(err: BaseException) -> None:
 
 
 async def produce(sender: Sender, stats: ProducerStats, *, measure_from_ns: int,
-                  stop_at_ns: int) -> None:
-    """Send back to back until stop_at_ns (monotonic ns)."""
+                  stop_at_ns: int, schedule: tuple[int, int] | None = None) -> None:
+    """Send until stop_at_ns (monotonic ns): back to back, or on `schedule` (first send at,
+    interval), both in ns."""
     clock = time.monotonic_ns
+    next_at, interval = schedule if schedule is not None else (0, 0)
     while True:
+        if interval:
+            now = clock()
+            if next_at > now:
+                await asyncio.sleep((next_at - now) / 1e9)
+            elif now >= measure_from_ns:
+                stats.behind_ns = max(stats.behind_ns, now - next_at)
+            next_at += interval
         started = clock()
         if started >= stop_at_ns:
             return
@@ -188,10 +204,16 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         measure_from_ns = time.monotonic_ns() + int(args.warmup_s * 1e9)
         stop_at_ns = measure_from_ns + int(args.duration_s * 1e9)
         stats = [ProducerStats() for _ in senders]
+        start_ns = time.monotonic_ns()
         async with asyncio.TaskGroup() as group:
-            for sender, stat in zip(senders, stats, strict=True):
+            for index, (sender, stat) in enumerate(zip(senders, stats, strict=True)):
+                schedule = None
+                if args.rate:
+                    per_message_ns = int(1e9 * batch_size_of(args) / args.rate)
+                    schedule = (start_ns + index * per_message_ns,
+                                per_message_ns * len(senders))
                 group.create_task(produce(sender, stat, measure_from_ns=measure_from_ns,
-                                          stop_at_ns=stop_at_ns))
+                                          stop_at_ns=stop_at_ns, schedule=schedule))
             await asyncio.sleep((measure_from_ns - time.monotonic_ns()) / 1e9)
             print("WINDOW_OPEN", flush=True)
             cpu_at_measure = time.process_time()
@@ -220,11 +242,18 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "seconds": round(seconds, 3),
         "sends": len(latencies),
         "total_messages": sum(stat.total_messages for stat in stats),
+        "rate": args.rate,
+        "behind_schedule_max_ms": max(stat.behind_ns for stat in stats) / 1e6,
         "client_cpu_pct": round(
             100 * (cpu_at_end - cpu_at_measure) / ((wall_at_end_ns - wall_at_measure_ns) / 1e9),
             1,
         ),
     }
+
+
+def batch_size_of(args: argparse.Namespace) -> int:
+    """Messages per send."""
+    return int(args.batch_size) if args.mode == "batch" else 1
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -240,6 +269,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--queues", type=int, default=8, help="pyrmq: the topic's queue count")
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="open loop at this many messages/s in all (0: back to back)")
     return parser.parse_args(argv)
 
 

@@ -19,7 +19,7 @@ a warm-up, then a measured window):
    sync sends, and batches of 32. (16 producers with a client instance each spend most of the
    2 cores on the clients' own threads: about 3,000 msg/s for either broker.)
 2. Java DefaultLitePullConsumer reading stored messages from each broker.
-3. pyrmq's Python load generator (benchmarks/loadgen.py: asyncio + uvloop, broker/client.py, or
+3. pyrmq's Python load generator (benchmarks/loadgen.py: asyncio + uvloop, pyrmq_client, or
    redis-py) against pyrmq and against Redis XADD: single sends, and batches of 32 (one
    SEND_BATCH_MESSAGE, or a pipeline of 32 XADDs).
 
@@ -59,7 +59,7 @@ from benchmarks.peers import (
     route_ready,
     start_redis,
 )
-from broker.client import BrokerClient
+from pyrmq_client import BrokerClient
 from tests.interop.harness import (
     CLIENT_SYSPROPS,
     NEWEST,
@@ -302,13 +302,14 @@ def run_java_loadgen(env: JavaEnv, namesrv: str, server_pid: int, topic: str, mo
 
 
 def run_python_loadgen(work_dir: Path, target: str, addr: str, server_pid: int, topic: str,
-                       mode: str) -> Run:
-    """Run benchmarks/loadgen.py in its own process to its end."""
+                       mode: str, *, rate: float = 0.0, producers: int = PRODUCERS) -> Run:
+    """Run benchmarks/loadgen.py in its own process to its end (`rate` > 0: open loop at that
+    many msg/s)."""
     command = [
         sys.executable, "-m", "benchmarks.loadgen", target, addr, topic, mode,
-        "--producers", str(PRODUCERS), "--body-bytes", str(BODY_BYTES),
+        "--producers", str(producers), "--body-bytes", str(BODY_BYTES),
         "--batch-size", str(BATCH_SIZE), "--queues", str(QUEUES),
-        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(WINDOW_S),
+        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(WINDOW_S), "--rate", str(rate),
     ]
     child = Child.start(f"loadgen-{target}-{mode}", command, work_dir / f"loadgen-{target}-{mode}")
     try:

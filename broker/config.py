@@ -155,6 +155,13 @@ class BrokerConfig:
     pyrmq_ha_master_address: str = ""  # slave: the master's brokerIP2:haListenPort
     pyrmq_ha_sync_state_set: str = ""  # master: comma-separated broker ids
     pyrmq_ha_replica_ids: str = ""  # master: ids allowed to handshake, comma-separated
+    # slave: the master's remoting address ip:listenPort for the metadata sync
+    # (broker/slave_synchronize.py); "" = the HA address's host with its port - 1
+    pyrmq_ha_master_remoting_address: str = ""
+    # -- slave metadata sync (remoting-protocol.md §10; 5.5.0 paging)
+    enable_split_metadata: bool = True
+    split_metadata_size: int = 2_000
+    pyrmq_slave_sync_interval_ms: int = 3_000  # pyrmq: Java syncs every 3 s (at most every 10 s)
     # -- metrics (pyrmq default PROM; Java: DISABLE)
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.PROM
     metrics_prom_exporter_host: str = ""
@@ -433,6 +440,10 @@ KEYS: Final[Mapping[str, _Key]] = {
     "pyrmqHaMasterAddress": _Key("pyrmq_ha_master_address", _parse_str),
     "pyrmqHaSyncStateSet": _Key("pyrmq_ha_sync_state_set", _parse_str),
     "pyrmqHaReplicaIds": _Key("pyrmq_ha_replica_ids", _parse_str),
+    "pyrmqHaMasterRemotingAddress": _Key("pyrmq_ha_master_remoting_address", _parse_str),
+    "enableSplitMetadata": _Key("enable_split_metadata", _parse_bool),
+    "splitMetadataSize": _Key("split_metadata_size", _positive_int),
+    "pyrmqSlaveSyncIntervalMs": _Key("pyrmq_slave_sync_interval_ms", _positive_int),
     "metricsExporterType": _Key("metrics_exporter_type", _enum_parser(MetricsExporterType)),
     "metricsPromExporterHost": _Key("metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": _Key("metrics_prom_exporter_port", _port),

@@ -168,6 +168,15 @@ class ConsumerOffsetManager:
             },
         }
 
+    async def replace_from_master(self, table: dict[str, dict[int, int]],
+                                  version: DataVersion) -> None:
+        """A slave takes the offsets merged from its master's (broker/slave_synchronize.py)
+        and the master's version, and persists them at once."""
+        self._offset_table = table
+        self.data_version = version
+        self._dirty = False
+        await self._file.persist(self.encode)
+
     async def persist(self) -> None:
         """Write the table now (also when unchanged)."""
         if self._dirty:

@@ -7,7 +7,7 @@
   port) cannot be bound; the broker does not start, and says which key to change.
 - `ConfigFileError`: a metadata file under `<storePathRootDir>/config` (topics.json, ...) and its
   `.bak` are both unreadable; the broker does not start rather than forget topics or offsets.
-- `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`broker.client`)
+- `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`pyrmq_client`)
   sees when the broker answers with an error code.
 """
 

@@ -6,8 +6,9 @@ Start: open the store (recovery, in a worker thread), load `config/topics.json`,
 freeze the start-up heap (`broker/heap.py`, when the process entry point asks), start the
 event-loop lag monitor (`broker/loop_monitor.py`), then run the background tasks: the store's
 loops, the name-server registration, client housekeeping, consumer-ids notifications, the
-long-polling check, the periodic consumer-offset persist and the TPS sampler of the runtime
-info.
+long-polling check, the periodic consumer-offset persist, the TPS sampler of the runtime
+info and the slave metadata sync (idle until the node is a slave; `broker/slave_synchronize.py`).
+With a fixed `listenPort` it also serves on `listenPort - 2`, Java's fast remoting port.
 
 Modes:
 - standalone (`enableControllerMode=false`, `brokerId=0`): a master that serves on its own, no
@@ -77,16 +78,16 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.replicas_manager import (
     AnyOtherBroker,
     ReplicasManager,
-    SlaveSync,
     mark_lost_committed,
 )
 from broker.runtime_stats import RuntimeStats
 from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMessageService
+from broker.slave_synchronize import SlaveSynchronize
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
 from controller_client.client import ControllerClient, parse_controller_addrs
-from ha.service import AutoSwitchHAService
+from ha.service import AutoSwitchHAService, HARole
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
@@ -166,8 +167,9 @@ class BrokerNode:
         self.ha: AutoSwitchHAService | None = None
         self.replicas: ReplicasManager | None = None
         # Slave metadata sync (M11, broker/slave_synchronize.py): started with the master's
-        # address when the ReplicasManager makes this broker a slave, stopped on becoming master.
-        self.slave_sync: SlaveSync | None = None
+        # address when this broker becomes a slave, stopped on becoming master.
+        self.slave_synchronize: SlaveSynchronize | None = None
+        self.vip_server: RemotingServer | None = None
         self.broker_addr = ""
         self._server_closed = False
 
@@ -289,12 +291,12 @@ class BrokerNode:
                 config=config, store=store,
                 client=ControllerClient(parse_controller_addrs(config.controller_addr)),
                 broker_addr=self.broker_addr, bump_data_version=topics.next_data_version,
-                slave_sync=self.slave_sync,
             )
         send = self._register_processors(
             router, store, store_host, boot_ms, topics=topics, groups=groups, offsets=offsets,
             clients=clients, pull_hold=pull_hold, metrics=metrics, runtime_stats=runtime_stats,
         )
+        await self._start_vip_server(router)
         schedule = ScheduleMessageService(
             store=store, delays_ms=parse_message_delay_level(config.message_delay_level),
             file=ConfigFile(config_dir / DELAY_OFFSET_FILE_NAME), put_time_up=send.put_time_up,
@@ -302,6 +304,12 @@ class BrokerNode:
         )
         await asyncio.to_thread(schedule.load)
         self.schedule_message_service = schedule
+        self.slave_synchronize = SlaveSynchronize(
+            topics=topics, groups=groups, offsets=offsets, delay_offsets=schedule,
+            own_addr=lambda: self.broker_addr, interval_ms=config.pyrmq_slave_sync_interval_ms,
+        )
+        if self.replicas is not None:
+            self.replicas.slave_sync = self.slave_synchronize
         if self.ha is not None and config.pyrmq_ha_role:
             await self.start_fixed_ha_role(self.ha)
         replicas = self.replicas
@@ -382,6 +390,7 @@ class BrokerNode:
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(store.run(), name="store"),
+                group.create_task(self._slave_synchronize().run(), name="slave-synchronize"),
                 group.create_task(registration.run(), name="namesrv-registration"),
                 group.create_task(clients.run(), name="client-housekeeping"),
                 group.create_task(notifier.run(), name="consumer-ids-notifier"),
@@ -425,7 +434,10 @@ class BrokerNode:
         admin = AdminProcessor(config=config, store=store, topic_configs=topics,
                                subscription_groups=groups, consumer_offsets=offsets,
                                metrics=metrics, runtime_stats=runtime_stats,
-                               boot_timestamp_ms=boot_ms)
+                               boot_timestamp_ms=boot_ms,
+                               ha_runtime_info=self.ha.runtime_info if self.ha else None,
+                               role_id=self._role_id,
+                               delay_offsets_json=self._delay_offsets_json)
         rebalance = RebalanceProcessor(locks=RebalanceLockManager())
         router.register({
             RequestCode.LOCK_BATCH_MQ: rebalance.lock_batch_mq,
@@ -450,9 +462,13 @@ class BrokerNode:
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
+            RequestCode.GET_ALL_MESSAGE_REQUEST_MODE: admin.get_all_message_request_mode,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
+            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
+            RequestCode.GET_BROKER_EPOCH_CACHE: admin.get_broker_epoch_cache,
         })
         if self.replicas is not None:
             replicas = self.replicas
@@ -463,6 +479,15 @@ class BrokerNode:
 
             router.register({RequestCode.NOTIFY_BROKER_ROLE_CHANGED: notify_broker_role_changed})
         return send
+
+    def _role_id(self) -> int:
+        """The id this broker reports for its role: 0 as master (as it registers with name
+        servers), else its controller id (GET_BROKER_EPOCH_CACHE)."""
+        if self.ha is not None and self.ha.role is HARole.MASTER:
+            return MASTER_ID
+        if self.replicas is not None and self.replicas.broker_id is not None:
+            return self.replicas.broker_id
+        return self.config.broker_id
 
     async def start_fixed_ha_role(self, ha: AutoSwitchHAService) -> None:
         """Take the role `broker.conf` gives (`pyrmqHaRole`), as the ReplicasManager will from
@@ -482,6 +507,36 @@ class BrokerNode:
                     key="pyrmqHaMasterAddress",
                 )
             await ha.become_slave((host, int(port)), epoch)
+            master = config.pyrmq_ha_master_remoting_address or f"{host}:{int(port) - 1}"
+            try:
+                self._slave_synchronize().set_master(master)
+            except ValueError as err:
+                raise BrokerConfigError(str(err), key="pyrmqHaMasterRemotingAddress") from err
+
+    def _slave_synchronize(self) -> SlaveSynchronize:
+        if self.slave_synchronize is None:
+            raise RuntimeError("broker is not started")
+        return self.slave_synchronize
+
+    def _delay_offsets_json(self) -> str | None:
+        schedule = self.schedule_message_service
+        return None if schedule is None else schedule.encode_json()
+
+    async def _start_vip_server(self, router: Router) -> None:
+        """Java's fast remoting server ("VIP channel") on listenPort - 2, serving the same
+        codes: a Java slave asks GET_ALL_TOPIC_CONFIG there. Not opened with listenPort 0 or
+        below 3; a port already taken is a warning (only Java slaves' topic sync needs it)."""
+        config = self.config
+        if config.listen_port <= 2:
+            return
+        vip = RemotingServer(router.handle, limits=self._server_limits, name="broker-vip")
+        try:
+            await vip.start(config.bind_address, config.listen_port - 2)
+        except OSError as err:
+            log.warning("fast remoting port %d not opened (Java slaves cannot sync topic "
+                        "configs from this broker): %s", config.listen_port - 2, err)
+            return
+        self.vip_server = vip
 
     def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
                                 ) -> None:
@@ -517,6 +572,8 @@ class BrokerNode:
             await self.ha.close()
         if self.server is not None and not self._server_closed:
             self._server_closed = True
+            if self.vip_server is not None:
+                await self.vip_server.close()
             await self.server.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()

@@ -135,7 +135,8 @@ class ReplicasManager:
         self.client = client
         self.broker_addr = broker_addr
         self._bump_data_version = bump_data_version
-        self._slave_sync = slave_sync
+        # The slave's metadata sync; the node sets it once built, before `run()`.
+        self.slave_sync = slave_sync
         self.clock_ms = clock_ms
         self.ha: AutoSwitchHAService | None = None
         self.registration: _Registration | None = None
@@ -424,8 +425,8 @@ class ReplicasManager:
         ha = self.ha
         assert ha is not None
         self._cancel_slave_task()
-        if self._slave_sync is not None:
-            self._slave_sync.stop()
+        if self.slave_sync is not None:
+            self.slave_sync.stop()
         if self.lost_committed:
             log.error("lost_committed: no other replica was elected; resuming as master with a "
                       "log that lost committed data (last replica standing, M9)")
@@ -457,8 +458,8 @@ class ReplicasManager:
         self._cancel_slave_task()
         self._slave_task = asyncio.get_running_loop().create_task(
             self._follow(action), name="rm-follow-master")
-        if self._slave_sync is not None:
-            self._slave_sync.start(action.master_address)
+        if self.slave_sync is not None:
+            self.slave_sync.start(action.master_address)
         self._after_role_change()
 
     def _after_role_change(self) -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from broker.config_file import ConfigFile, IntKeyMap, PrettyValue
+from broker.config_file import ConfigFile, IntKeyMap, PrettyValue, dump_pretty
 from broker.errors import ConfigFileError
 from remoting.bodies import DataVersion
 from remoting.errors import BodyDecodeError
@@ -145,6 +145,31 @@ class ScheduleMessageService:
 
         await self._file.persist(encode)
         return snapshot
+
+    async def replace_from_master(self, table: dict[int, int], version: DataVersion) -> None:
+        """A slave takes its master's delay offsets and version (broker/slave_synchronize.py)
+        and writes them at once. They may pass re-puts the slave has not replicated yet: a
+        slave promoted then skips those (as Java's slave does)."""
+        self.offset_table = dict(table)
+        self.data_version = version
+
+        def encode() -> PrettyValue:
+            value: dict[str, PrettyValue] = {
+                "dataVersion": version.to_json_value(),
+                "offsetTable": IntKeyMap(dict(table)),
+            }
+            return value
+
+        await self._file.persist(encode)
+
+    def encode_json(self) -> str:
+        """The offsets as GET_ALL_DELAY_OFFSET's body (Java's `DelayOffsetSerializeWrapper`,
+        integer keys unquoted)."""
+        value: dict[str, PrettyValue] = {
+            "dataVersion": self.data_version.to_json_value(),
+            "offsetTable": IntKeyMap(dict(self.offset_table)),
+        }
+        return dump_pretty(value, pretty=False)
 
     async def run(self) -> None:
         """Deliver every level and persist periodically, until cancelled."""

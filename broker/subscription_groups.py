@@ -13,7 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -235,6 +235,14 @@ class SubscriptionGroupManager:
         self._next_data_version()
         await self.persist()
 
+    async def replace_from_master(self, table: Mapping[str, SubscriptionGroupConfig],
+                                  version: DataVersion) -> None:
+        """A slave takes its master's groups and version (broker/slave_synchronize.py); its
+        own forbidden table stays (neither Java release's slave applies the master's)."""
+        self._table = dict(table)
+        self.data_version = version
+        await self.persist()
+
     def _next_data_version(self) -> None:
         version = self.data_version
         self.data_version = DataVersion(
@@ -242,14 +250,19 @@ class SubscriptionGroupManager:
             counter=version.counter + 1,
         )
 
-    def encode(self) -> PrettyValue:
-        """`subscriptionGroup.json`: dataVersion, forbiddenTable, subscriptionGroupTable."""
+    def encode(self, names: Iterable[str] | None = None) -> PrettyValue:
+        """`subscriptionGroup.json`: dataVersion, forbiddenTable, subscriptionGroupTable; with
+        `names`, only those groups and their forbidden entries (a 5.5.0 page)."""
+        chosen = self._table if names is None else \
+            {name: self._table[name] for name in names if name in self._table}
         table: dict[str, PrettyValue] = {
-            name: config.to_json_value() for name, config in self._table.items()
+            name: config.to_json_value() for name, config in chosen.items()
         }
+        forbidden = self._forbidden_table if names is None else \
+            {name: entry for name, entry in self._forbidden_table.items() if name in chosen}
         value: dict[str, PrettyValue] = {
             "dataVersion": self.data_version.to_json_value(),
-            "forbiddenTable": dict(self._forbidden_table),
+            "forbiddenTable": dict(forbidden),
             "subscriptionGroupTable": table,
         }
         return value

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from broker.config import BrokerConfig
@@ -319,6 +319,16 @@ class TopicConfigManager:
     async def _put(self, topic_config: TopicConfig) -> None:
         self._table[topic_config.topic_name] = topic_config
         self.next_data_version()
+        await self.persist()
+        for listener in self._listeners:
+            listener()
+
+    async def replace_from_master(self, table: Mapping[str, TopicConfig],
+                                  version: DataVersion) -> None:
+        """A slave takes its master's whole table and version (broker/slave_synchronize.py):
+        topics the master lacks are removed; persisted, then the listeners are told."""
+        self._table = dict(table)
+        self.data_version = version
         await self.persist()
         for listener in self._listeners:
             listener()

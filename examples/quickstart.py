@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from broker.client import BrokerClient, Message, Producer, PullConsumer, PullStatus
+from pyrmq_client import BrokerClient, Message, Producer, PullConsumer, PullStatus
 from remoting.bodies import ClusterInfo
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode

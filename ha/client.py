@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import Final
 
 from ha.config import HAConfig
 from ha.errors import HAError, HAProtocolError
+from ha.flow import FlowMeter
 from ha.frames import MasterFrameDecoder
 from ha.slave_protocol import (
     Append,
@@ -40,7 +42,16 @@ from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
 READ_CHUNK_BYTES: Final = 1024 * 1024
+# A received confirmOffset reaches the store (and its consume queues) once this many bytes are
+# owed, or this long after it arrived: dispatch then runs over one large range in bulk (one
+# vectorised pass costs about as much for 64 KiB as for 1 MiB).
+DISPATCH_BYTES: Final = 1024 * 1024
+DISPATCH_DELAY_MS: Final = 5
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
@@ -64,6 +75,10 @@ class HAClient:
         self.connected = asyncio.Event()
         self.received_bytes = 0
         self.sessions = 0
+        self.flow = FlowMeter(clock_ms())
+        # Wall-clock times of the last read from / write to the master (haStatus), 0 = never.
+        self.last_read_timestamp_ms = 0
+        self.last_write_timestamp_ms = 0
         self._confirm_due: int | None = None
 
     @property
@@ -110,16 +125,23 @@ class HAClient:
             confirm_offset=store.confirm_offset,
         ), writer)
         self.connected.set()
-        heartbeat_s = config.ha_send_heartbeat_interval_ms / 1000
+        heartbeat_ms = config.ha_send_heartbeat_interval_ms
         housekeeping_ms = config.ha_housekeeping_interval_ms
         last_read = last_write = self.clock_ms()
+        owed: int | None = None  # a confirmOffset received, not yet given to the store
+        owed_since = 0
         while True:
+            wait_ms = heartbeat_ms if owed is None else \
+                max(0, owed_since + DISPATCH_DELAY_MS - self.clock_ms())
             try:
-                async with asyncio.timeout(heartbeat_s):
+                async with asyncio.timeout(wait_ms / 1000):
                     data = await reader.read(READ_CHUNK_BYTES)
             except TimeoutError:
                 data = None
             now = self.clock_ms()
+            if owed is not None and (data is None or now - owed_since >= DISPATCH_DELAY_MS):
+                store.set_confirm_offset(min(owed, store.max_phy_offset))
+                owed = None
             if data is None:
                 if now - last_read > housekeeping_ms:
                     raise EOFError(f"nothing read for {housekeeping_ms} ms")
@@ -128,10 +150,12 @@ class HAClient:
                     writer.write(proto.keepalive().data)
                     await writer.drain()
                     last_write = now
+                    self.last_write_timestamp_ms = wall_ms()
                 continue
             if not data:
                 raise EOFError("master closed the connection")
             last_read = now
+            self.last_read_timestamp_ms = wall_ms()
             decoder.feed(data)
             ack: bytes | None = None
             self._confirm_due = None
@@ -139,12 +163,19 @@ class HAClient:
                 effects = proto.receive(frame)
                 ack = await self._carry_out(effects, writer, defer_ack=True) or ack
             if self._confirm_due is not None:
-                # Once per read: dispatch (consume queues) runs for all the frames just appended.
-                store.set_confirm_offset(min(self._confirm_due, store.max_phy_offset))
+                # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
+                # confirmOffset arrived, at once when DISPATCH_BYTES are owed.
+                if owed is None:
+                    owed_since = now
+                owed = self._confirm_due
+                if min(owed, store.max_phy_offset) - store.reput_from_offset >= DISPATCH_BYTES:
+                    store.set_confirm_offset(min(owed, store.max_phy_offset))
+                    owed = None
             if ack is not None:
                 writer.write(ack)
                 await writer.drain()
                 last_write = self.clock_ms()
+                self.last_write_timestamp_ms = wall_ms()
 
     async def _carry_out(
         self, effects: list[SlaveEffect], writer: asyncio.StreamWriter, *,
@@ -162,12 +193,14 @@ class HAClient:
                     else:
                         writer.write(data)
                         await writer.drain()
+                        self.last_write_timestamp_ms = wall_ms()
                 case Append(phy_offset=phy_offset, body=body):
                     size = len(body)
                     if store.commitlog.raw_file_needed(phy_offset, size) is not None:
                         await store.prepare_replicated(phy_offset, size)
                     store.append_replicated(phy_offset, body)
                     self.received_bytes += size
+                    self.flow.add(size, self.clock_ms())
                 case AppendEpoch(epoch=epoch, start_offset=start_offset):
                     await store.append_epoch(epoch, start_offset)
                     log.info("epoch entry from master epoch=%d start_offset=%d", epoch,

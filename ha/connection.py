@@ -17,6 +17,7 @@ import socket
 from typing import TYPE_CHECKING, Final
 
 from ha.errors import HAError
+from ha.flow import FlowMeter
 from ha.frames import SlaveFrameDecoder
 from ha.master_protocol import MasterConnectionProtocol
 
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES: Final = 64 * 1024
 # The writer re-checks for new data at least this often even without a wake-up.
 WRITER_POLL_S: Final = 0.05
+# The writer yields to the event loop after this many body bytes written in a row.
+YIELD_EVERY_BYTES: Final = 1024 * 1024
+# TRANSFER frames (each <= haTransferBatchSize) are written together up to this many body bytes.
+WRITE_COALESCE_BYTES: Final = 256 * 1024
 
 
 class HAConnection:
@@ -50,6 +55,7 @@ class HAConnection:
         self._closed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.transferred_bytes = 0
+        self.flow = FlowMeter(service.clock_ms())
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
@@ -103,7 +109,13 @@ class HAConnection:
         config = service.config
         store = service.store
         writer = self._writer
+        unyielded = 0  # bytes written since this coroutine last gave the loop a turn
         while True:
+            if unyielded >= YIELD_EVERY_BYTES:
+                # drain() returns at once while the socket takes everything: without this the
+                # writer would hold the loop for a whole backlog.
+                await asyncio.sleep(0)
+                unyielded = 0
             view = service.store_view()
             reply = self.protocol.handshake_reply(view)
             if reply is not None:
@@ -123,28 +135,48 @@ class HAConnection:
                     async with asyncio.timeout(WRITER_POLL_S):
                         await self.wakeup.wait()
                 continue
-            writer.write(header.encode())
-            if header.body_size:
-                body = store.commitlog.view(header.offset, header.body_size)
-                last = store.commitlog.files.last
-                if last is not None and header.offset < last.file_from_offset:
-                    # An older file may be deleted by retention while the transport still holds
-                    # a view of it (close() would fail): copy. The live tail, in the last file
-                    # (never deleted), goes without a copy.
-                    data = bytes(body)
-                    body.release()
-                    writer.write(data)
-                    await writer.drain()
-                else:
-                    writer.write(body)
-                    await writer.drain()
-                    if writer.transport.get_write_buffer_size() == 0:
-                        with contextlib.suppress(BufferError):
-                            body.release()
-                    # Else the transport may still hold the view; it goes with its last
-                    # reference.
-                del body
-                self.transferred_bytes += header.body_size
-            else:
+            if not header.body_size:  # a heartbeat
+                writer.write(header.encode())
                 await writer.drain()
+                self.protocol.wrote(service.clock_ms())
+                continue
+            # Frames up to WRITE_COALESCE_BYTES go out in one writelines (one writev): the
+            # bodies straight from the mapping for the last file (never deleted), copies for
+            # older files, which retention may delete while the transport still holds a view.
+            parts: list[bytes | memoryview] = []
+            views: list[memoryview] = []
+            batch_bytes = 0
+            last = store.commitlog.files.last
+            live_from = last.file_from_offset if last is not None else 0
+            while header is not None and header.body_size:
+                body = store.commitlog.view(header.offset, header.body_size)
+                parts.append(header.encode())
+                if header.offset < live_from:
+                    parts.append(bytes(body))
+                    body.release()
+                else:
+                    parts.append(body)
+                    views.append(body)
+                batch_bytes += header.body_size
+                if batch_bytes >= WRITE_COALESCE_BYTES:
+                    break
+                header = self.protocol.next_transfer(
+                    view, now_ms=service.clock_ms(), batch_size=config.ha_transfer_batch_size,
+                    heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
+                )
+                if header is not None and not header.body_size:
+                    parts.append(header.encode())  # a heartbeat due: it goes too
+            del body
+            writer.writelines(parts)
+            del parts
+            await writer.drain()
+            if views and writer.transport.get_write_buffer_size() == 0:
+                for body in views:
+                    with contextlib.suppress(BufferError):
+                        body.release()
+            # Else the transport may still hold views; they go with their last reference.
+            del views
+            self.transferred_bytes += batch_bytes
+            self.flow.add(batch_bytes, service.clock_ms())
+            unyielded += batch_bytes
             self.protocol.wrote(service.clock_ms())

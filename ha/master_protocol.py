@@ -80,6 +80,7 @@ class MasterConnectionProtocol:
         "slave_broker_id",
         "slave_request_offset",
         "state",
+        "transfer_start_offset",
     )
 
     def __init__(self, peer: str, *, now_ms: int) -> None:
@@ -91,6 +92,7 @@ class MasterConnectionProtocol:
         self.slave_request_offset: int | None = None  # first ack of this connection
         self.slave_ack_offset: int | None = None
         self.next_transfer_from_where: int | None = None
+        self.transfer_start_offset: int | None = None  # where this connection began shipping
         self.last_master_max_offset = -1
         self.last_transfer_time_ms = now_ms
         self._handshake_reply_due = False
@@ -180,7 +182,8 @@ class MasterConnectionProtocol:
         if self.state is not HAConnectionState.TRANSFER or self.slave_request_offset is None:
             return None
         if self.next_transfer_from_where is None:
-            self.next_transfer_from_where = self._start_offset(store)
+            self.next_transfer_from_where = self.transfer_start_offset = \
+                self._start_offset(store)
         where = self.next_transfer_from_where
         if where < store.min_phy_offset:
             raise HAProtocolError(

@@ -74,6 +74,49 @@ class HAStatus:
     slaves: tuple[SlaveStatus, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HAConnectionRuntimeInfo:
+    """One slave connection on a master (RocketMQ's HAConnectionRuntimeInfo): the connection's
+    remote address, the slave's acked offset (-1 before its first ack), `diff` = the master's
+    max offset - that ack, SyncStateSet membership, bytes sent in the last whole second, and
+    the next offset to send (-1 before the first)."""
+
+    addr: str
+    slave_ack_offset: int
+    diff: int
+    in_sync: bool
+    transferred_byte_in_second: int
+    transfer_from_where: int
+
+
+@dataclass(frozen=True, slots=True)
+class HAClientRuntimeInfo:
+    """A slave's view (RocketMQ's HAClientRuntimeInfo): the master's HA address (None without
+    a master), the local max offset, bytes received in the last whole second, wall times of the
+    last read from and write to the master (0 = never). `master_flush_offset` stays 0: pyrmq
+    keeps no such offset (Java's is for syncFromLastFile's first slave start)."""
+
+    master_addr: str | None = None
+    max_offset: int = 0
+    transferred_byte_in_second: int = 0
+    last_read_timestamp: int = 0
+    last_write_timestamp: int = 0
+    master_flush_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HARuntimeInfo:
+    """GET_BROKER_HA_STATUS's answer (RocketMQ's HARuntimeInfo). A master fills the first
+    four fields (`in_sync_slave_nums`: the SyncStateSet less the master, the union while a
+    change is pending); a slave, or a broker without a role yet, only the client info."""
+
+    master: bool = False
+    master_commit_log_max_offset: int = 0
+    in_sync_slave_nums: int = 0
+    ha_connection_info: tuple[HAConnectionRuntimeInfo, ...] = ()
+    ha_client_runtime_info: HAClientRuntimeInfo = HAClientRuntimeInfo()
+
+
 class HARole(enum.Enum):
     NONE = "NONE"  # fenced: no role yet
     MASTER = "MASTER"
@@ -112,6 +155,7 @@ class AutoSwitchHAService:
         self._waiters: collections.deque[tuple[int, asyncio.Future[bool]]] = \
             collections.deque()
         self.ha_port = 0
+        store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
 
@@ -263,6 +307,26 @@ class AutoSwitchHAService:
                 acks[proto.slave_broker_id] = max(acks.get(proto.slave_broker_id, -1),
                                                   proto.slave_ack_offset)
         return acks
+
+    def offset_needed_by_slaves(self) -> int | None:
+        """The lowest commitlog offset a connected slave still needs (None: no such slave, or
+        not master): from its acked offset on (a reconnect resumes there), or, for a slave that
+        acked 0 (empty) and is being fed, from where its transfer started. Retention keeps those
+        files (store/retention.py) unless the disk is under pressure."""
+        if self.role is not HARole.MASTER:
+            return None
+        needs = []
+        for connection in self.connections:
+            proto = connection.protocol
+            ack = proto.slave_ack_offset
+            if ack is None:
+                continue
+            if ack == 0 and proto.slave_request_offset == 0:
+                start = proto.transfer_start_offset
+                needs.append(start if start is not None else self.store.min_phy_offset)
+            else:
+                needs.append(ack)
+        return min(needs, default=None)
 
     def on_ack(self, acked: Acked, last_master_max_offset: int) -> None:
         """A slave acked (§7.1): lastCaughtUpTime, expand, confirmOffset, waiters."""
@@ -462,6 +526,39 @@ class AutoSwitchHAService:
         return HAStatus(self.role.name, -1 if self.master_epoch is None else self.master_epoch,
                         self.store.confirm_offset, max_phy, tuple(sorted(view)),
                         self.waiting_sends, tuple(slaves))
+
+    def runtime_info(self) -> HARuntimeInfo:
+        """GET_BROKER_HA_STATUS's figures (RocketMQ's HARuntimeInfo), as Java's
+        AutoSwitchHAService.getRuntimeInfo fills them; see `HARuntimeInfo`."""
+        now = self.clock_ms()
+        max_phy = self.store.max_phy_offset
+        if self.role is HARole.MASTER:
+            sss = self.sync_state_set
+            view = sss.view() if sss is not None else frozenset()
+            connections = []
+            for connection in sorted(self.connections, key=lambda c: c.peer):
+                proto = connection.protocol
+                ack = -1 if proto.slave_ack_offset is None else proto.slave_ack_offset
+                connections.append(HAConnectionRuntimeInfo(
+                    addr=connection.peer, slave_ack_offset=ack, diff=max_phy - ack,
+                    in_sync=proto.slave_broker_id in view,
+                    transferred_byte_in_second=connection.flow.per_second(now),
+                    transfer_from_where=-1 if proto.next_transfer_from_where is None
+                    else proto.next_transfer_from_where,
+                ))
+            return HARuntimeInfo(master=True, master_commit_log_max_offset=max_phy,
+                                 in_sync_slave_nums=max(0, len(view) - 1),
+                                 ha_connection_info=tuple(connections),
+                                 ha_client_runtime_info=HAClientRuntimeInfo())
+        client = self._client
+        if client is None:
+            return HARuntimeInfo(ha_client_runtime_info=HAClientRuntimeInfo(max_offset=max_phy))
+        return HARuntimeInfo(ha_client_runtime_info=HAClientRuntimeInfo(
+            master_addr=client.peer, max_offset=max_phy,
+            transferred_byte_in_second=client.flow.per_second(now),
+            last_read_timestamp=client.last_read_timestamp_ms,
+            last_write_timestamp=client.last_write_timestamp_ms,
+        ))
 
     def appended(self) -> None:
         """New data in the commitlog: confirm follows (alone) and the writers wake at once

@@ -60,6 +60,7 @@ class RequestCode(IntEnum):
     LITE_PULL_MESSAGE = 361
     GET_ALL_MESSAGE_REQUEST_MODE = 402  # slave -> master
     BROKER_HEARTBEAT = 904  # broker -> name server or controller, oneway
+    GET_BROKER_HA_STATUS = 907  # admin -> broker (`mqadmin haStatus`)
     # broker <-> controller
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002

@@ -541,6 +541,23 @@ class GetAllTopicConfigResponseHeader(CommandHeader):
     total_topic_num: Int32 | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GetAllSubscriptionGroupRequestHeader(CommandHeader):
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201). Like GET_ALL_TOPIC_CONFIG: up to 5.3.3 no
+    fields, 5.5.0 pages with `group_seq` (the `dataVersion` JSON, "" on the first page)."""
+
+    group_seq: Int32 | None = None
+    data_version: str | None = None
+    max_group_num: Int32 | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetAllSubscriptionGroupResponseHeader(CommandHeader):
+    """Response to GET_ALL_SUBSCRIPTIONGROUP_CONFIG (`total_group_num`: see the topic one)."""
+
+    total_group_num: Int32 | None = None
+
+
 # --------------------------------------------------------------------------------------------
 # Broker / client -> name server
 

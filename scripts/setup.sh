@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+.venv/bin/python -m pip install --quiet -c constraints.txt -e '.[dev,spark]'
 .venv/bin/python -m tests.interop.build  # every RocketMQ release in tests/interop/build.py ROCKETMQ_VERSIONS + our Java programs (Maven; seconds when cached)
 # The stock C++ client (PyPI rocketmq 0.4.4 over librocketmq) for tests/interop, in its own venv.
 if [ ! -x .venv-cpp/bin/python ]; then

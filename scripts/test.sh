@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy --strict"
-.venv/bin/mypy --strict store remoting broker ha controller_client controller tests benchmarks examples
+.venv/bin/mypy --strict store remoting broker ha controller_client controller pyrmq_client pyspark_rocketmq tests benchmarks examples
 echo "== pytest"
 .venv/bin/pytest -q -p no:cacheprovider --durations=30 tests "$@"
 echo "== benchmarks"

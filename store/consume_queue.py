@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -50,6 +51,7 @@ class ConsumeQueue:
     """The units of one (topic, queue_id); offsets in the API are logical queue offsets."""
 
     __slots__ = (
+        "_create_lock",
         "_files",
         "_next_offset",
         "_spares",
@@ -69,6 +71,9 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         # Files created ahead for a batch that crosses into them (see prepare_for).
         self._spares: list[MappedFile] = []
+        # Serialises creating a file ahead (worker thread) with creating it inline (dispatch on
+        # the event loop): whoever comes second finds the file there and does not create it.
+        self._create_lock = threading.Lock()
         # Cached write cursor: the next queue offset and the end of the last file in bytes.
         self._next_offset = 0
         self._write_end = 0
@@ -136,6 +141,11 @@ class ConsumeQueue:
         return self._next_offset
 
     @property
+    def has_files(self) -> bool:
+        """False for a queue with no file yet: its first unit may take any queue offset."""
+        return bool(self._files.files)
+
+    @property
     def min_offset_in_files(self) -> int:
         return self._files.min_offset // CQ_UNIT_SIZE
 
@@ -152,7 +162,7 @@ class ConsumeQueue:
             return last
         if last is None or position == last.file_end_offset:
             start = position - position % self._files.file_size
-            mapped = self._take_spare(start) or self._files.create_file(start)
+            mapped = self._take_spare(start) or self._create_inline(start)
             if last is None and position > start:
                 self._fill_pre_blank(mapped, position - start)
             self._sync_cursor()
@@ -161,6 +171,24 @@ class ConsumeQueue:
             f"consume queue {self.topic}/{self.queue_id}: write at byte {position} outside the "
             f"last file [{last.file_from_offset}, {last.file_end_offset})"
         )
+
+    def _create_inline(self, start: int) -> MappedFile:
+        """Create the file at byte `start` now; if a worker thread just made it (not adopted
+        yet), map that one instead: its `adopt_prepared` will then let it go."""
+        with self._create_lock:
+            path = self._files.directory / offset_to_file_name(start)
+            if not path.exists():
+                return self._files.create_file(start)
+            mapped = self._open_new(start)
+            self._files.adopt_file(mapped)
+            return mapped
+
+    def _open_new(self, start: int) -> MappedFile:
+        """Map the file a worker thread created at byte `start` (new, so empty)."""
+        mapped = MappedFile.open_existing(self._files.directory / offset_to_file_name(start),
+                                          self._files.file_size)
+        mapped.wrote_position = mapped.flushed_position = 0
+        return mapped
 
     def _take_spare(self, start: int) -> MappedFile | None:
         """Adopt the file prepared for `start`, if there is one."""
@@ -195,20 +223,28 @@ class ConsumeQueue:
             return None
         return self._write_end
 
-    def create_file_detached(self, start: int) -> MappedFile:
+    def create_file_detached(self, start: int) -> MappedFile | None:
         """Create the file at byte `start` without adding it to the queue (a worker thread
-        does this; `adopt_prepared` then takes it on the event loop). Blocking."""
-        make_dirs_durable(self._files.directory)
-        return MappedFile.create(self._files.directory / offset_to_file_name(start),
-                                 self._files.file_size)
+        does this; `adopt_prepared` then takes it on the event loop). Blocking. None when the
+        file exists already (dispatch created it inline meanwhile)."""
+        with self._create_lock:
+            path = self._files.directory / offset_to_file_name(start)
+            if path.exists():
+                return None
+            make_dirs_durable(self._files.directory)
+            return MappedFile.create(path, self._files.file_size)
 
-    def adopt_prepared(self, mapped: MappedFile) -> None:
+    def adopt_prepared(self, mapped: MappedFile | None) -> None:
         """Keep a file made by `create_file_detached` as the next spare, or drop it if the
-        queue moved on meanwhile."""
+        queue moved on meanwhile (only unmapped when the queue maps that file itself)."""
+        if mapped is None:
+            return
         expected = self._spares[-1].file_end_offset if self._spares else (
             self._write_end if self._files.files else mapped.file_from_offset)
         if mapped.file_from_offset == expected:
             self._spares.append(mapped)
+        elif any(f.path == mapped.path for f in (*self._files.files, *self._spares)):
+            mapped.close()  # the queue mapped that file itself meanwhile: it is in use
         else:
             mapped.destroy()
 
@@ -253,7 +289,10 @@ class ConsumeQueue:
         if (queue_offset + count) * CQ_UNIT_SIZE <= self._write_end:
             return
         while (start := self.file_needed_for(queue_offset, count)) is not None:
-            self.adopt_prepared(self.create_file_detached(start))
+            mapped = self.create_file_detached(start)
+            if mapped is None:  # made by a worker thread, not adopted yet: take it as is
+                mapped = self._open_new(start)
+            self.adopt_prepared(mapped)
 
     def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
         """Append one unit (dispatch of one record)."""

@@ -116,20 +116,36 @@ class Dispatcher:
 
     def dispatch_recovered_batch(self, batch: RecordBatch, *, bound: int | None) -> int:
         """`dispatch_recovered` for a batch, one `put_batch` per run of a queue; records ending
-        past `bound` (controller mode's confirmOffset) are left out.
+        past `bound` (controller mode's confirmOffset) are left out."""
+        return self._dispatch_batch(batch, bound=bound, live=False)
 
-        Queues are independent, so each queue's records (in log order) get the per-record
-        rules: skip what the queue holds, a gap marks it for rebuild, a consecutive run is put.
-        """
+    def dispatch_live_batch(self, batch: RecordBatch,
+                            touched: set[tuple[str, int]] | None = None) -> int:
+        """`dispatch_live` for each record of a batch, in bulk (a slave's received byte range,
+        a backlog reaching confirmOffset); `touched` gets every (topic, queue_id) met."""
+        return self._dispatch_batch(batch, bound=None, live=True, touched=touched)
+
+    def _dispatch_batch(self, batch: RecordBatch, *, bound: int | None, live: bool,
+                        touched: set[tuple[str, int]] | None = None) -> int:
+        """Queues are independent, so each queue's records (in log order) get the per-record
+        rules of `dispatch_live` / `dispatch_recovered`: skip what the queue holds, and a
+        consecutive run is put at once. A record past the queue's next offset is refused
+        (live: counted, skipped) or marks the queue for rebuild (recovery)."""
         keep = takes_queue_offset_array(batch.sys_flag)
         if bound is not None:
             keep &= batch.phy_offset + batch.size <= bound
-        rows = np.flatnonzero(keep)
+        # One stable sort by queue serves both the touched queues and the groups.
+        all_keys = batch.topic_index * (1 << 32) + batch.queue_id
+        order = np.argsort(all_keys, kind="stable")
+        if touched is not None and len(order):
+            sorted_keys = all_keys[order]
+            firsts = np.flatnonzero(np.diff(sorted_keys, prepend=sorted_keys[0] - 1))
+            for index in sorted_keys[firsts].tolist():
+                touched.add((batch.topics[index >> 32], index & 0xFFFFFFFF))
+        rows = order[keep[order]]
         if not len(rows):
             return 0
-        group_key = batch.topic_index[rows] * (1 << 32) + batch.queue_id[rows]
-        order = np.argsort(group_key, kind="stable")
-        rows, group_key = rows[order], group_key[order]
+        group_key = all_keys[rows]
         bounds = [0, *(np.flatnonzero(np.diff(group_key)) + 1).tolist(), len(rows)]
         count = 0
         last_row = -1
@@ -139,6 +155,8 @@ class Dispatcher:
             if key in self.to_rebuild:
                 continue
             queue = self.consume_queues.get_or_create(*key)
+            if live:  # records the queue is past in the log are skipped (ConsumeQueue.put)
+                group = group[batch.phy_offset[group] >= queue.max_phy_offset]
             offsets = batch.queue_offset[group]
             i = 0
             while i < len(group):
@@ -149,9 +167,22 @@ class Dispatcher:
                         break
                     i += int(ahead[0])
                     continue
-                if offsets[i] > expected and expected > queue.min_offset_in_files:
-                    self.to_rebuild.add(key)  # the queue lost units before this record
-                    break
+                if offsets[i] > expected and (queue.has_files if live else
+                                              expected > queue.min_offset_in_files):
+                    if not live:
+                        self.to_rebuild.add(key)  # the queue lost units before this record
+                        break
+                    # Refused one by one up to the next record at the expected offset.
+                    rest = offsets[i:]
+                    at = np.flatnonzero(rest == expected)
+                    upto = int(at[0]) if len(at) else len(rest)
+                    refused = int(np.count_nonzero(rest[:upto] > expected))
+                    self.refused(*key, QueueOrderError(
+                        f"consume queue {key[0]}/{key[1]}: unit for queue offset "
+                        f"{int(offsets[i])} (phy {int(batch.phy_offset[group[i]])}) does not "
+                        f"follow max offset {expected}"), refused)
+                    i += upto
+                    continue
                 run = offsets[i:] - offsets[i] == np.arange(len(group) - i)
                 length = len(run) if run.all() else int(np.argmin(run))
                 part = group[i:i + length]

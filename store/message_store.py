@@ -23,6 +23,7 @@ import enum
 import functools
 import logging
 import shutil
+import struct
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,8 @@ from store.errors import (
     WriteRefusedError,
 )
 from store.message_format import (
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
     CheckStatus,
     EncodedBatch,
     EncodedMessage,
@@ -54,6 +57,7 @@ from store.message_format import (
     check_record,
     read_store_timestamp,
 )
+from store.recovery import RecordBatch, ScanStop, scan_file_fast
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
@@ -61,11 +65,18 @@ from store.transaction_type import batch_transaction_error, takes_queue_offset
 
 log = logging.getLogger(__name__)
 
+_SIZE_AND_MAGIC: Final = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
 ALLOCATE_INTERVAL_S: Final = 0.1
+
+
+# From this many bytes to dispatch on, `dispatch_pending` scans in bulk (numpy); below, the
+# per-record walk is cheaper than the vectorised pass's fixed cost.
+BULK_DISPATCH_BYTES: Final = 64 * 1024
 
 
 def system_wall_ms() -> int:
@@ -147,6 +158,9 @@ class MessageStore:
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
         # default settings); the HA layer turns this off and sets confirmOffset itself.
         self.confirm_follows_max = not config.enable_controller_mode
+        # The lowest commitlog offset a connected slave still needs (None: none), asked by
+        # retention (store/retention.py's replica_protect_from_offset); the HA layer sets it.
+        self.replica_need: Callable[[], int | None] | None = None
         self.fenced = False
         self.disk_full = False
         # Told (topic, queue_id, new max queue offset) when `dispatch_pending` writes units to a
@@ -560,6 +574,8 @@ class MessageStore:
             count += self._dispatcher.dispatch_live(check)
             touched.add((check.topic, check.queue_id))
 
+        if bound - self._reput_from >= BULK_DISPATCH_BYTES:
+            self._reput_from = self._dispatch_bulk(self._reput_from, bound, touched)
         if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
         if self._dispatcher.skipped:
@@ -569,6 +585,39 @@ class MessageStore:
             for topic, queue_id in touched:
                 listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
         return count
+
+    def _dispatch_bulk(self, start: int, end: int, touched: set[tuple[str, int]]) -> int:
+        """`dispatch_pending`'s walk over [start, end), vectorised per file (`scan_file_fast`:
+        numpy and C vouch for the records, `Dispatcher.dispatch_live_batch` writes their units
+        a queue run at a time); the same records, checks and units as the per-record walk.
+        Returns where it stopped: `end`, or before a record that is cut or not (yet) valid."""
+        dispatcher = self._dispatcher
+        verify_prop = self.config.force_verify_prop_crc
+
+        def one(check: RecordCheck) -> None:
+            dispatcher.dispatch_live(check)
+            touched.add((check.topic, check.queue_id))
+
+        def bulk(batch: RecordBatch) -> None:
+            dispatcher.dispatch_live_batch(batch, touched)
+
+        pos = start
+        while pos < end:
+            mapped = self.commitlog.files.find(pos)
+            if mapped is None:
+                break
+            base = mapped.file_from_offset
+            limit = min(mapped.wrote_position, end - base)
+            scan = scan_file_fast(mapped.buf, file_from_offset=base, file_size=limit,
+                                  start_pos=pos - base, check_body_crc=True,
+                                  verify_prop_crc=verify_prop, on_record=one,
+                                  on_records=bulk).scan
+            pos = base + scan.end_pos
+            if scan.stop is ScanStop.BLANK or pos == mapped.file_end_offset:
+                pos = mapped.file_end_offset
+                continue
+            break
+        return pos
 
     # ================================================================ reads
 
@@ -735,6 +784,10 @@ class MessageStore:
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
         self.commitlog.append_raw(phy_offset, data)
+        wakeup = self._allocate_wakeup
+        if wakeup is not None and not wakeup.is_set() and (
+                self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):
+            wakeup.set()  # pre-fault ahead of the slave's writes, prepare the next segment
 
     async def prepare_replicated(self, phy_offset: int, size: int) -> None:
         """Create, in a worker thread, the file `append_replicated` would otherwise create on
@@ -790,6 +843,16 @@ class MessageStore:
         Blocking; the store must be fenced meanwhile."""
         end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
         if end < self.commitlog.max_phy_offset:
+            if end < self._confirm_offset and not self._is_partial_record(end):
+                raise DataInvariantError(
+                    f"refusing to become master: the record at {end}, below the confirm offset "
+                    f"{self._confirm_offset}, fails its check ({self._check_at(end).reason}); "
+                    "cutting there would drop acknowledged messages (records from a Java master "
+                    "carry no __CRC32# property: in a group with Java brokers set "
+                    "forceVerifyPropCRC=false)"
+                )
+            # A replicated tail may end inside a record (the confirm offset too: slaves ack
+            # byte ranges): that partial record goes.
             self.truncate_to_blocking(end, allow_below_confirm=True)
         start = self.commitlog.max_phy_offset
         epoch_start = start
@@ -809,6 +872,29 @@ class MessageStore:
         self.confirm_follows_max = False
         self.dispatch_pending()
         return epoch_start
+
+    def _check_at(self, pos: int) -> RecordCheck:
+        mapped = self.commitlog.files.find(pos)
+        if mapped is None:
+            return RecordCheck(CheckStatus.INVALID, 0, f"no commitlog file holds {pos}")
+        return check_record(
+            mapped.buf, pos - mapped.file_from_offset, limit=mapped.wrote_position,
+            expected_phy_offset=pos, check_body_crc=True,
+            verify_prop_crc=self.config.force_verify_prop_crc,
+        )
+
+    def _is_partial_record(self, pos: int) -> bool:
+        """Whether the bytes at `pos` are the start of a record that replication has not
+        finished (its TOTALSIZE runs past the written end), not a damaged or refused one."""
+        mapped = self.commitlog.files.find(pos)
+        if mapped is None:
+            return True
+        file_pos = pos - mapped.file_from_offset
+        left = mapped.wrote_position - file_pos
+        if left < _SIZE_AND_MAGIC.size:
+            return True
+        total_size, magic_code = _SIZE_AND_MAGIC.unpack_from(mapped.buf, file_pos)
+        return magic_code in (MAGIC_CODE_V1, MAGIC_CODE_V2) and total_size > left
 
     async def become_master(self, epoch: int) -> int:
         """`become_master_blocking` in a worker thread, under the disk lock."""
@@ -995,15 +1081,23 @@ class MessageStore:
                     for m in files]
 
         ages = await self._in_thread(file_ages)
+        replica_need = self.replica_need() if self.replica_need is not None else None
         doomed = files_to_delete(
             ages, now_ms=now,
             file_reserved_time_ms=int(self.config.file_reserved_time_h * 3600_000),
             delete_when_hours=parse_delete_when(self.config.delete_when), current_hour=hour,
             disk_used_ratio=ratio, disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
             protect_from_offset=min(self._reput_from, self.confirm_offset),
+            replica_protect_from_offset=replica_need,
         )
         if not doomed:
             return 0
+        cut = ages[len(doomed)].start_offset  # the new min offset
+        if replica_need is not None and cut > replica_need:
+            log.warning("disk pressure: deleting commitlog files a connected slave still needs "
+                        "slave_needs_from=%d new_min_phy_offset=%d disk_used_ratio=%.2f; that "
+                        "slave cannot catch up from this master any more", replica_need, cut,
+                        ratio)
         count = len(doomed)
         async with self._disk():
             await self._in_thread(self._delete_first_files, count)

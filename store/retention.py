@@ -22,6 +22,12 @@ Where pyrmq differs, on purpose:
   nothing after it either. The store passes the lowest offset it still needs (not yet confirmed,
   not yet dispatched to consume queues, or still needed by a slave); Java has no such bound and
   under disk pressure can delete data nobody has consumed or replicated.
+- `replica_protect_from_offset`: the lowest offset a *connected* slave still needs (the HA
+  layer's figure). It protects like `protect_from_offset`, except in a pass that cleans
+  immediately (disk pressure): then the master stays writable and the lagging slave is left
+  to fail its next transfer (the shell logs it at WARNING), as in Java, which never looks at
+  slaves here. So the routine, time-based expiry never breaks a live replica; a disconnected
+  slave pins nothing (a dead replica must not hold the disk forever).
 - `deleteWhen` is validated up front (`parse_delete_when`, a typed `StoreConfigError`); Java
   throws a NumberFormatException on every pass instead and never cleans.
 - The disk use is one fraction in [0, 1] given by the caller: the larger of the commitlog's and
@@ -146,6 +152,7 @@ def files_to_delete(
     disk_used_ratio: float,
     disk_max_used_space_ratio: int,
     protect_from_offset: int,
+    replica_protect_from_offset: int | None = None,
     clean_forcibly_ratio: int = CLEAN_FORCIBLY_RATIO_DEFAULT,
     disk_space_warning_level_ratio: int = DISK_SPACE_WARNING_LEVEL_RATIO_DEFAULT,
     clean_file_forcibly_enable: bool = True,
@@ -156,7 +163,8 @@ def files_to_delete(
 
     `files` are the commitlog files in offset order (the last is the file being written).
     `protect_from_offset`: no file holding a byte at or beyond it (a file whose successor starts
-    after it) is deleted. Returns an empty list when no pass runs or nothing qualifies. Raises
+    after it) is deleted; `replica_protect_from_offset` alike, unless the pass cleans
+    immediately. Returns an empty list when no pass runs or nothing qualifies. Raises
     `ValueError` for files out of order, and for the range errors of `deletion_trigger`.
     """
     for older, newer in itertools.pairwise(files):
@@ -177,6 +185,8 @@ def files_to_delete(
     )
     if trigger is None:
         return []
+    if replica_protect_from_offset is not None and not trigger.clean_immediately:
+        protect_from_offset = min(protect_from_offset, replica_protect_from_offset)
     doomed: list[FileAge] = []
     for file, successor in itertools.pairwise(files):  # never the newest file
         # `successor.start_offset` is this file's end: it holds bytes up to there.

@@ -1,6 +1,17 @@
 """Admin and slave-sync codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
-GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
-GET_TOPIC_STATS_INFO (202) and GET_TOPIC_CONFIG (351) (remoting-protocol.md §6.11, §10).
+GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351),
+GET_ALL_MESSAGE_REQUEST_MODE (402), GET_BROKER_HA_STATUS (907) and GET_BROKER_EPOCH_CACHE (1007)
+(remoting-protocol.md §6.11, §9.2, §10).
+
+The slave-sync tables are served as Java 5.5.0 serves them: GET_ALL_TOPIC_CONFIG and
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG page (by name order, `page_bounds` of
+broker/slave_synchronize.py) when `enableSplitMetadata` is on and the request carries a paging
+field, else return the whole table; both always answer the total count (`totalTopicNum`,
+`totalGroupNum`). A page of groups carries the forbidden-table entries of its groups only. A
+negative `topicSeq`/`groupSeq`, a page size below 1 or a `dataVersion` that is not DataVersion
+JSON is SYSTEM_ERROR naming the field. GET_ALL_MESSAGE_REQUEST_MODE answers an empty map (pyrmq
+has no POP request modes), so a Java slave's sync of it succeeds.
 
 UPDATE_AND_CREATE_TOPIC follows Java 5.3.3's `AdminBrokerProcessor.updateAndCreateTopic`:
 an invalid name or (with `validateSystemTopicWhenUpdateTopic`) a system topic is 29; a config
@@ -15,13 +26,19 @@ the store time of the last message of each queue up to max(read, write) queue nu
 is 0.0: pyrmq keeps no per-topic TPS yet). The second answers 17 for an unknown topic, else the
 `TopicConfig` as JSON (Java's `TopicConfigAndQueueMapping` with no mapping detail, which fastjson
 omits: the same bytes).
+
+GET_BROKER_HA_STATUS (`mqadmin haStatus`) answers RocketMQ's `HARuntimeInfo` as JSON (the spec
+lacks this body; its fields are those of Java's class, see `encode_ha_runtime_info`), from
+`AutoSwitchHAService.runtime_info`. A broker without controller mode has no HA service: it
+answers as Java's DefaultHAService does for a master with no slave.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
@@ -29,14 +46,26 @@ from broker.config_file import dump_pretty
 from broker.consumer_offsets import ConsumerOffsetManager
 from broker.metrics import BrokerMetrics
 from broker.runtime_stats import RuntimeStats
+from broker.slave_synchronize import decode_data_version, page_bounds
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
-from remoting.bodies import KVTable, TopicConfig, TopicFilterType
+from controller.messages import EpochEntry as EpochEntryBody
+from controller.messages import EpochEntryCache
+from ha.service import HARuntimeInfo
+from remoting.bodies import DataVersion, KVTable, TopicConfig, TopicFilterType
 from remoting.codes import PYRMQ_VERSION, PYRMQ_VERSION_DESC, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
+from remoting.errors import BodyDecodeError, HeaderFieldError
 from remoting.fastjson import dump_fastjson
-from remoting.headers import CommandHeader, CreateTopicRequestHeader
+from remoting.headers import (
+    CommandHeader,
+    CreateTopicRequestHeader,
+    GetAllSubscriptionGroupRequestHeader,
+    GetAllSubscriptionGroupResponseHeader,
+    GetAllTopicConfigRequestHeader,
+    GetAllTopicConfigResponseHeader,
+)
 from store.message_store import MessageStore
 
 
@@ -90,6 +119,32 @@ def encode_topic_stats_table(
     )
     tps = dump_fastjson(float(topic_put_tps))
     return f'{{"offsetTable":{{{entries}}},"topicPutTps":{tps}}}'.encode()
+
+
+def encode_ha_runtime_info(info: HARuntimeInfo) -> bytes:
+    """HARuntimeInfo as fastjson writes it (fields in name order; Java's getters' names)."""
+    client = info.ha_client_runtime_info
+    return dump_fastjson({
+        "haClientRuntimeInfo": {
+            "lastReadTimestamp": client.last_read_timestamp,
+            "lastWriteTimestamp": client.last_write_timestamp,
+            "masterAddr": client.master_addr,
+            "masterFlushOffset": client.master_flush_offset,
+            "maxOffset": client.max_offset,
+            "transferredByteInSecond": client.transferred_byte_in_second,
+        },
+        "haConnectionInfo": [
+            {
+                "addr": c.addr, "diff": c.diff, "inSync": c.in_sync,
+                "slaveAckOffset": c.slave_ack_offset, "transferFromWhere": c.transfer_from_where,
+                "transferredByteInSecond": c.transferred_byte_in_second,
+            }
+            for c in info.ha_connection_info
+        ],
+        "inSyncSlaveNums": info.in_sync_slave_nums,
+        "master": info.master,
+        "masterCommitLogMaxOffset": info.master_commit_log_max_offset,
+    }).encode("utf-8")
 
 
 def parse_attributes(text: str | None) -> dict[str, str]:
@@ -147,7 +202,10 @@ class AdminProcessor:
         metrics: BrokerMetrics,
         runtime_stats: RuntimeStats,
         boot_timestamp_ms: int,
+        delay_offsets_json: Callable[[], str | None] = lambda: None,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        ha_runtime_info: Callable[[], HARuntimeInfo] | None = None,
+        role_id: Callable[[], int] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -157,7 +215,10 @@ class AdminProcessor:
         self._metrics = metrics
         self._stats = runtime_stats
         self._boot_timestamp_ms = boot_timestamp_ms
+        self._delay_offsets_json = delay_offsets_json
         self._wall_ms = wall_ms
+        self._ha_runtime_info = ha_runtime_info
+        self._role_id = role_id or (lambda: config.broker_id)
 
     async def update_and_create_topic(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -196,8 +257,65 @@ class AdminProcessor:
     async def get_all_topic_config(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
+        header = GetAllTopicConfigRequestHeader.from_ext_fields(request.ext_fields)
         wrapper = self._topics.serialize_wrapper()
-        return request.make_response(ResponseCode.SUCCESS, body=wrapper.encode())
+        table = wrapper.topic_config_table
+        names = self._page(
+            "GetAllTopicConfigRequestHeader", table, wrapper.data_version,
+            (header.topic_seq, "topicSeq"), header.data_version,
+            (header.max_topic_num, "maxTopicNum"),
+        )
+        if names is not None:
+            wrapper = dataclasses.replace(
+                wrapper, topic_config_table={name: table[name] for name in names})
+        fields = GetAllTopicConfigResponseHeader(total_topic_num=len(table)).to_ext_fields()
+        return request.make_response(ResponseCode.SUCCESS, ext_fields=fields,
+                                     body=wrapper.encode())
+
+    async def get_all_subscription_group_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetAllSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
+        groups = self._groups
+        names = self._page(
+            "GetAllSubscriptionGroupRequestHeader", groups.table, groups.data_version,
+            (header.group_seq, "groupSeq"), header.data_version,
+            (header.max_group_num, "maxGroupNum"),
+        )
+        body = dump_pretty(groups.encode(names), pretty=False).encode("utf-8")
+        fields = GetAllSubscriptionGroupResponseHeader(total_group_num=len(groups)
+                                                       ).to_ext_fields()
+        return request.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=body)
+
+    def _page(
+        self, header: str, table: Mapping[str, object], version: DataVersion,
+        seq: tuple[int | None, str], asked_version: str | None,
+        max_num: tuple[int | None, str],
+    ) -> list[str] | None:
+        """The names of the page asked for, or None for the whole table (no paging field, or
+        `enableSplitMetadata` off). Raises HeaderFieldError for a field it cannot use."""
+        (seq_value, seq_key), (max_value, max_key) = seq, max_num
+        if not self._config.enable_split_metadata or \
+                (seq_value is None and asked_version is None and max_value is None):
+            return None
+        if seq_value is not None and seq_value < 0:
+            raise HeaderFieldError(header, seq_key, str(seq_value), "is negative")
+        if max_value is not None and max_value < 1:
+            raise HeaderFieldError(header, max_key, str(max_value), "is below 1")
+        same_version = False
+        if asked_version is not None and asked_version.strip():
+            try:
+                same_version = decode_data_version(asked_version, "dataVersion") == version
+            except BodyDecodeError as err:
+                raise HeaderFieldError(header, "dataVersion", asked_version,
+                                       f"is not DataVersion JSON ({err})") from err
+        page_size = self._config.split_metadata_size
+        if max_value is not None:
+            page_size = min(page_size, max_value)
+        names = sorted(table)
+        begin, end = page_bounds(len(names), seq=seq_value or 0, same_version=same_version,
+                                 page_size=page_size)
+        return names[begin:end]
 
     async def get_all_consumer_offset(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -205,11 +323,19 @@ class AdminProcessor:
         body = dump_fastjson(self._offsets.encode_json_value()).encode("utf-8")
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
-    async def get_all_subscription_group_config(
+    async def get_all_delay_offset(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        body = dump_pretty(self._groups.encode(), pretty=False).encode("utf-8")
-        return request.make_response(ResponseCode.SUCCESS, body=body)
+        content = self._delay_offsets_json()
+        if not content:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         remark="Get all delay offset from master error.")
+        return request.make_response(ResponseCode.SUCCESS, body=content.encode("utf-8"))
+
+    async def get_all_message_request_mode(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=b'{"messageRequestModeMap":{}}')
 
     async def get_topic_stats_info(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -258,6 +384,38 @@ class AdminProcessor:
         return request.make_response(
             ResponseCode.SUCCESS, body=KVTable(self.runtime_info()).encode()
         )
+
+    async def get_broker_ha_status(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        if self._ha_runtime_info is not None:
+            info = self._ha_runtime_info()
+        else:
+            info = HARuntimeInfo(master=True,
+                                 master_commit_log_max_offset=self._store.max_phy_offset)
+        return request.make_response(ResponseCode.SUCCESS, body=encode_ha_runtime_info(info))
+
+    async def get_broker_epoch_cache(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """`mqadmin getBrokerEpoch`: the store's epoch entries (the last one open-ended, as
+        Java's), the role id (0 on the master) and the max offset. Controller mode only."""
+        if not self._config.enable_controller_mode:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark="GET_BROKER_EPOCH_CACHE needs enableControllerMode=true",
+            )
+        cache = EpochEntryCache(
+            cluster_name=self._config.broker_cluster_name,
+            broker_name=self._config.broker_name,
+            broker_id=self._role_id(),
+            epoch_list=tuple(
+                EpochEntryBody(entry.epoch, entry.start_offset, entry.end_offset)
+                for entry in self._store.epoch_cache
+            ),
+            max_offset=self._store.max_phy_offset,
+        )
+        return request.make_response(ResponseCode.SUCCESS, body=cache.encode())
 
     def runtime_info(self) -> dict[str, str]:
         """The KVTable of GET_BROKER_RUNTIME_INFO: Java's keys that `mqadmin clusterList` and

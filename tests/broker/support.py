@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker.client import BrokerClient
 from broker.config import BrokerConfig
 from broker.node import BrokerNode
+from pyrmq_client import BrokerClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer, PullConsumer, PullStatus
 from broker.errors import BrokerClientError
 from broker.node import BrokerNode
+from pyrmq_client import BrokerClient, Message, Producer, PullConsumer, PullStatus
 from remoting.bodies import ConsumeType
 from remoting.codes import PYRMQ_VERSION_DESC, RequestCode, ResponseCode
 from remoting.command import RemotingCommand

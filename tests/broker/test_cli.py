@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.__main__ import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from broker.client import BrokerClient, Message, Producer
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.codes import RequestCode
 from tests.broker.support import FakeNameServer, wait_until
 from tests.interop.network import free_port

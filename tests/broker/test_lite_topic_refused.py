@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer
 from broker.node import BrokerNode
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from tests.broker.support import broker_config, connected, running_broker

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Message, Producer
 from broker.node import BrokerNode
+from pyrmq_client import Message, Producer
 from remoting.bodies import RegisterBrokerBody
 from remoting.codes import PYRMQ_VERSION, RequestCode
 from remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Message
 from broker.config import MetricsExporterType
 from broker.errors import BrokerClientError
 from broker.node import BrokerNode
 from broker.replicas_manager import LOST_COMMITTED_FILE_NAME, mark_lost_committed
+from pyrmq_client import Message
 from remoting.codes import ResponseCode
 from tests.broker.support import (
     FakeNameServer,

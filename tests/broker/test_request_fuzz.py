@@ -43,8 +43,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from broker.client import BrokerClient
 from broker.node import BrokerNode
+from pyrmq_client import BrokerClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingTimeoutError

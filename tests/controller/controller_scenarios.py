@@ -78,6 +78,14 @@ async def register_heartbeat_elect_alter(
     try:
         leader = await find_leader(client, leader_timeout_s)
         assert leader == addr
+        # A fresh DLedger leader names itself before its state machine serves (2007 meanwhile).
+        async with asyncio.timeout(leader_timeout_s):
+            while True:
+                try:
+                    assert await client.get_next_broker_id(CLUSTER, BROKER) == 1
+                    break
+                except errors.ControllerNotLeaderError:
+                    await asyncio.sleep(0.2)
         for store_root in ("b1", "b2", "b3"):
             (tmp_path / store_root).mkdir()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer, encode_batch_body
+from pyrmq_client import BrokerClient, Message, Producer, encode_batch_body
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader

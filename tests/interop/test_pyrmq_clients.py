@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from broker.client import BrokerClient, PullStatus
+from pyrmq_client import BrokerClient, PullStatus
 from store.message_format import MessageRecord
 from tests.interop.conftest import PyrmqCluster
 from tests.interop.consume_checks import assert_exactly_once

@@ -26,7 +26,7 @@ from typing import Final
 
 import pytest
 
-from broker.client import BrokerClient, PullStatus
+from pyrmq_client import BrokerClient, PullStatus
 from store.message_format import MessageRecord
 from tests.interop.output import (
     ConsumeResult,

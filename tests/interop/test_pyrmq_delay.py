@@ -19,7 +19,7 @@ from typing import Final
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer, PullStatus
+from pyrmq_client import BrokerClient, Message, Producer, PullStatus
 from store.message_format import MessageRecord
 from tests.interop.conftest import PyrmqCluster
 from tests.interop.pyrmq_env import PyrmqEnv, wait_until

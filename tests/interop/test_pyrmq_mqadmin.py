@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.client import BrokerClient, Message, Producer
+from pyrmq_client import BrokerClient, Message, Producer
 from remoting.bodies import PERM_READ, PERM_WRITE, TopicConfig
 from remoting.codes import PYRMQ_VERSION_DESC
 from tests.interop.conftest import PyrmqCluster

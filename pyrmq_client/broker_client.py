@@ -1,7 +1,7 @@
-"""pyrmq's own small client: send, batch send, pull and the consumer bookkeeping around them.
+"""One connection to one broker: send, batch send, pull and the consumer bookkeeping around them.
 
-Built on `remoting.RemotingClient`, one connection to one broker (no name-server routing,
-no rebalancing, no retries): what tests, tools and the README examples need. It speaks exactly
+Built on `remoting.RemotingClient`, with no routing and no retries (`pyrmq_client.cluster` adds
+name-server routing, queue selection, route refresh and bounded retries on top). It speaks exactly
 what a Java client sends (SEND_MESSAGE_V2 with single-letter keys, PULL_MESSAGE with the
 SUBSCRIPTION flag as a lite-pull consumer, HEART_BEAT with a fastjson `HeartbeatData`).
 

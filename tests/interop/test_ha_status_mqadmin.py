@@ -1,0 +1,93 @@
+"""`mqadmin haStatus` (each RocketMQ release's tools) against pyrmq brokers in AutoSwitchHA:
+GET_BROKER_HA_STATUS (907) answers Java's HARuntimeInfo, which mqadmin decodes and prints.
+
+One pyrmq master and one pyrmq slave (roles from `broker.conf`, tests/integration/
+test_ha_processes.py), 200 messages sent through the master (each acked by the slave), then:
+- on the master, haStatus prints its commitlog max offset, one slave, one in-sync slave, and the
+  slave's row: its address, acked offset = max offset, diff 0, status OK;
+- on the slave, it prints the master's HA address and the slave's own max offset (the same);
+- GET_BROKER_EPOCH_CACHE (1007, `mqadmin getBrokerEpoch`) answers each broker's epoch cache: the
+  master as role id 0, the slave as its controller id, both with the master's one open epoch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.messages import EpochEntry, EpochEntryCache
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from tests.integration.test_ha_processes import send_all, start, sync_state_set_of
+from tests.interop.harness import JavaEnv
+from tests.interop.pyrmq_env import PyrmqEnv, wait_until
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
+    with PyrmqEnv(tmp_path / "pyrmq") as made:
+        yield made
+
+
+def _field(out: str, name: str) -> str:
+    found = re.search(rf"^#{re.escape(name)}\t(.*)$", out, re.MULTILINE)
+    assert found, f"no #{name} in mqadmin's output:\n{out}"
+    return found.group(1).strip()
+
+
+async def test_mqadmin_ha_status_on_a_pyrmq_master_and_slave(env: PyrmqEnv,
+                                                            java_env: JavaEnv) -> None:
+    namesrv = env.start_namesrv()
+    master = start(env, 1, "master")
+    master_ha = f"127.0.0.1:{master.port + 1}"
+    slave = start(env, 2, "slave", master_ha=master_ha)
+    wait_until(lambda: sync_state_set_of(master) == {1, 2}, timeout_s=30,
+               what="the slave in the master's SyncStateSet", process=master)
+    codes = await send_all(master.addr, 200, tag="ha-status")
+    assert codes == [ResponseCode.SUCCESS] * 200
+
+    out = java_env.mqadmin(namesrv.addr, "haStatus", "-b", master.addr).stdout
+    max_offset = int(_field(out, "MasterCommitLogMaxOffset"))
+    assert max_offset > 200 * 100, out
+    assert _field(out, "MasterAddr") == master.addr
+    assert _field(out, "SlaveNum") == "1"
+    assert _field(out, "InSyncSlaveNum") == "1"
+    rows = [line.split() for line in out.splitlines()
+            if line.startswith("127.0.0.1:") and not line.startswith("#")]
+    assert len(rows) == 1, out
+    addr, ack, diff, speed, status, transfer_from = rows[0]  # 6 columns when "OK"
+    assert addr.startswith("127.0.0.1:"), out
+    assert int(ack) == max_offset, out
+    assert int(diff) == 0, out
+    assert float(speed) >= 0.0, out
+    assert status == "OK", out
+    assert int(transfer_from) == max_offset, out
+
+    out = java_env.mqadmin(namesrv.addr, "haStatus", "-b", slave.addr).stdout
+    assert _field(out, "MasterAddr") == master_ha, out
+    assert int(_field(out, "CommitLogMaxOffset")) == max_offset, out
+    assert float(_field(out, "TransferSpeed(KB/s)")) >= 0.0, out
+    assert re.match(r"\d{4}-\d{2}-\d{2} ", _field(out, "LastReadTime")), out
+    assert _field(out, "MasterFlushOffset") == "0", out
+    for process, role_id in ((master, 0), (slave, 2)):
+        host, port = process.addr.rsplit(":", 1)
+        client = await RemotingClient.connect(host, int(port))
+        try:
+            response = await client.invoke(
+                RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE), timeout_ms=5_000)
+        finally:
+            await client.close()
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        cache = EpochEntryCache.decode(response.body)
+        assert (cache.broker_name, cache.broker_id, cache.max_offset) == (
+            "broker-a", role_id, max_offset)
+        assert cache.epoch_list == (EpochEntry(1, 0, 2**63 - 1),)
+
+    for process in (master, slave):
+        assert process.terminate() == 0, process.diagnostics()

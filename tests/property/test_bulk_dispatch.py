@@ -1,0 +1,175 @@
+"""Bulk live dispatch (a slave's received range, a backlog reaching confirmOffset) writes exactly
+the units the per-record dispatch writes, and skips and counts exactly the same records.
+
+Two levels: the dispatcher over arbitrary record fields (duplicates, gaps, non-dispatched
+transaction types, the schedule topic, a queue that already holds units), and the store over
+real commitlog bytes with confirmOffset moving in steps that end inside records and files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import message_store as message_store_module
+from store.consume_queue_store import ConsumeQueueStore
+from store.dispatch import Dispatcher
+from store.message_format import CheckStatus, RecordCheck
+from store.message_store import MessageStore
+from store.recovery import RecordBatch
+from store.schedule import SCHEDULE_TOPIC
+from tests.support.store_helpers import message, small_config
+
+TOPICS = ("TopicA", "TopicB", SCHEDULE_TOPIC)
+SYS_FLAGS = (0, 0, 0, 0x4, 0x8, 0xC)  # NOT (mostly), PREPARED, COMMIT, ROLLBACK
+
+# (topic index, queue id, queue offset step: 0 = next, -1 = a duplicate, +k = a gap of k,
+#  sys flag, size)
+records_strategy = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 2),
+              st.sampled_from((0, 0, 0, 0, -1, 1, 3)), st.sampled_from(SYS_FLAGS),
+              st.integers(100, 300)),
+    max_size=120,
+)
+
+
+def _checks(spec: list[tuple[int, int, int, int, int]]) -> list[RecordCheck]:
+    next_offset: dict[tuple[int, int], int] = {}
+    checks = []
+    phy = 1000
+    for index, (topic, queue_id, step, sys_flag, size) in enumerate(spec):
+        key = (topic, queue_id)
+        offset = max(0, next_offset.get(key, 0) + step)
+        next_offset[key] = offset + 1
+        checks.append(RecordCheck(CheckStatus.VALID, size, topic=TOPICS[topic],
+                                  queue_id=queue_id, queue_offset=offset,
+                                  store_timestamp=1_700_000_000_000 + index,
+                                  tags_code=index * 7, sys_flag=sys_flag, phy_offset=phy))
+        phy += size
+    return checks
+
+
+def _batch(checks: list[RecordCheck]) -> RecordBatch:
+    def column(name: str) -> npt.NDArray[np.int64]:
+        return np.array([getattr(c, name) for c in checks], dtype=np.int64)
+
+    return RecordBatch(TOPICS, np.array([TOPICS.index(c.topic) for c in checks], dtype=np.int64),
+                       column("queue_id"), column("queue_offset"), column("phy_offset"),
+                       column("size"), column("sys_flag"), column("store_timestamp"),
+                       column("tags_code"))
+
+
+def _state(dispatcher: Dispatcher) -> tuple[object, ...]:
+    queues = {}
+    for queue in dispatcher.consume_queues:
+        units = [queue.unit_at(offset) for offset in range(queue.min_offset, queue.max_offset)]
+        queues[(queue.topic, queue.queue_id)] = (queue.min_offset, queue.max_offset, units)
+    return (queues, dispatcher.skipped_total, dict(dispatcher.skipped),
+            dispatcher.last_store_timestamp)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=records_strategy, prefix=st.integers(0, 120), cuts=st.lists(st.integers(0, 120)))
+def test_dispatcher_bulk_equals_per_record(tmp_path_factory: object, spec: list[
+        tuple[int, int, int, int, int]], prefix: int, cuts: list[int]) -> None:
+    checks = _checks(spec)
+    prefix = min(prefix, len(checks))
+    root = tmp_path_factory.mktemp("cq")  # type: ignore[attr-defined]
+    one = Dispatcher(ConsumeQueueStore(root / "one", 100 * 20))
+    bulk = Dispatcher(ConsumeQueueStore(root / "bulk", 100 * 20))
+    for check in checks[:prefix]:  # both queues already hold units
+        one.dispatch_live(check)
+        bulk.dispatch_live(check)
+    touched_one = set()
+    for check in checks[prefix:]:
+        one.dispatch_live(check)
+        touched_one.add((check.topic, check.queue_id))
+    touched_bulk: set[tuple[str, int]] = set()
+    points = sorted({prefix, len(checks), *(min(max(c, prefix), len(checks)) for c in cuts)})
+    for start, stop in itertools.pairwise(points):
+        bulk.dispatch_live_batch(_batch(checks[start:stop]), touched_bulk)
+    assert _state(bulk) == _state(one)
+    assert touched_bulk == touched_one
+
+
+def _store_state(store: MessageStore) -> tuple[object, ...]:
+    queues = {}
+    for queue in store.consume_queues:
+        units = [queue.unit_at(offset) for offset in range(queue.min_offset, queue.max_offset)]
+        queues[(queue.topic, queue.queue_id)] = units
+    return queues, store.reput_from_offset, store.dispatch_skipped_total
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(0, 5), st.integers(10, 3000)), min_size=1,
+                      max_size=150),
+       steps=st.lists(st.integers(1, 40_000), min_size=1, max_size=12))
+def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
+                                               sizes: list[tuple[int, int]],
+                                               steps: list[int]) -> None:
+    """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files)."""
+    root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
+    stores = []
+    for name in ("one", "bulk"):
+        store = MessageStore(small_config(root / name, enable_controller_mode=True))
+        store.open()
+        store.confirm_follows_max = False
+        for kind, size in sizes:
+            topic = TOPICS[kind % 2]
+            store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
+                                         tags=f"t{kind}"))
+        stores.append(store)
+    arrivals: list[list[tuple[str, int, int]]] = [[], []]
+    try:
+        for store, seen in zip(stores, arrivals, strict=True):
+            store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
+        end = stores[0].max_phy_offset
+        assert end == stores[1].max_phy_offset
+        original = message_store_module.BULK_DISPATCH_BYTES
+        confirm = 0
+        for step in [*steps, end]:
+            confirm = min(end, confirm + step)
+            for store, threshold in zip(stores, (1 << 62, 0), strict=True):
+                setattr(message_store_module, "BULK_DISPATCH_BYTES", threshold)  # noqa: B010
+                try:
+                    store.set_confirm_offset(confirm)
+                finally:
+                    setattr(message_store_module, "BULK_DISPATCH_BYTES", original)  # noqa: B010
+            assert _store_state(stores[1]) == _store_state(stores[0])
+            assert sorted(arrivals[1]) == sorted(arrivals[0])
+            arrivals[0].clear()
+            arrivals[1].clear()
+        assert stores[1].dispatch_behind_bytes == 0
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None:
+    """A guard that the property above compares two different paths."""
+    store = MessageStore(small_config(tmp_path, enable_controller_mode=True))
+    store.open()
+    try:
+        store.confirm_follows_max = False
+        for index in range(100):
+            store.append_message(message(b"x" * 1000, queue_id=index % 2))
+        calls: list[int] = []
+        original = store._dispatch_bulk
+
+        def spy(start: int, end: int, touched: set[tuple[str, int]]) -> int:
+            calls.append(end - start)
+            return original(start, end, touched)
+
+        store._dispatch_bulk = spy  # type: ignore[method-assign]
+        store.set_confirm_offset(store.max_phy_offset)
+        assert calls
+        assert calls[0] >= message_store_module.BULK_DISPATCH_BYTES
+        assert store.max_offset_in_queue("TopicTest", 0) == 50
+        assert store.max_offset_in_queue("TopicTest", 1) == 50
+    finally:
+        store.close()
