@@ -81,7 +81,10 @@ def say(text: str) -> None:
 
 
 def _bindable(port: int) -> bool:
+    """Whether nothing holds `port` (connections of an earlier run left in TIME_WAIT do not
+    count: the servers bind with SO_REUSEADDR, as asyncio does)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
