@@ -120,7 +120,7 @@ class BrokerConfig:
     register_name_server_period_ms: int = 30_000
     register_broker_timeout_ms: int = 24_000
     enable_slave_acting_master: bool = False
-    # -- controller mode (replicas-manager.md §2)
+    # -- controller mode (docs/replicas-manager.md §2)
     enable_controller_mode: bool = False
     controller_addr: str = ""
     fetch_controller_addr_by_dns_lookup: bool = False
@@ -131,7 +131,7 @@ class BrokerConfig:
     send_heartbeat_timeout_ms: int = 1_000
     controller_heart_beat_timeout_ms: int = 10_000
     broker_election_priority: int = 2**31 - 1
-    # -- HA (ha-protocol.md §13)
+    # -- HA (docs/ha-protocol.md §13)
     ha_send_heartbeat_interval_ms: int = 5_000
     ha_housekeeping_interval_ms: int = 20_000
     ha_transfer_batch_size: int = 32 * 1024
@@ -158,7 +158,7 @@ class BrokerConfig:
     # slave: the master's remoting address ip:listenPort for the metadata sync
     # (broker/slave_synchronize.py); "" = the HA address's host with its port - 1
     pyrmq_ha_master_remoting_address: str = ""
-    # -- slave metadata sync (remoting-protocol.md §10; 5.5.0 paging)
+    # -- slave metadata sync (docs/remoting-protocol.md §10; 5.5.0 paging)
     enable_split_metadata: bool = True
     split_metadata_size: int = 2_000
     pyrmq_slave_sync_interval_ms: int = 3_000  # pyrmq: Java syncs every 3 s (at most every 10 s)
@@ -211,7 +211,7 @@ class BrokerConfig:
         return max(10_000, min(self.register_name_server_period_ms, 60_000))
 
     def to_ha_config(self) -> HAConfig:
-        """The HA service's settings (ha-protocol.md §13); `brokerId` is the controller id."""
+        """The HA service's settings (docs/ha-protocol.md §13); `brokerId` is the controller id."""
         return HAConfig(
             broker_id=self.broker_id,
             ha_listen_port=self.ha_listen_port,

@@ -1,5 +1,5 @@
 """Registration with the name servers: REGISTER_BROKER (103) and UNREGISTER_BROKER (104)
-(remoting-protocol.md §7.1, §7.2).
+(docs/remoting-protocol.md §7.1, §7.2).
 
 `NamesrvRegistration.run()` registers with every name server of `namesrvAddr` at once, then every
 `registerNameServerPeriod` (clamped to 10..60 s, as Java clamps it) and right after every topic

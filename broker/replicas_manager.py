@@ -1,11 +1,12 @@
-"""`ReplicasManager`: a controller-mode broker's role, from the controller (replicas-manager.md).
+"""`ReplicasManager`: a controller-mode broker's role, from the controller
+(docs/replicas-manager.md).
 
 The asyncio shell over `broker/replicas_state.py` (the decisions) and `ControllerClient` (the
 RPCs). It:
 - starts fenced (the node fences the store; sends answer 14) and stays so until it has a role;
 - holds back, after an abnormal recovery that lost committed data (the durable `lostCommitted`
   mark in the store root), from the controller for `lost_committed_hold_ms` so that another
-  alive SyncStateSet member is elected (reliability.md M9); the mark is removed only once a
+  alive SyncStateSet member is elected (docs/reliability.md M9); the mark is removed only once a
   role has been taken after the hold (the controller has seen the broker come back);
 - registers with the persistent broker id protocol (§4.4), heartbeats (904) every
   `brokerHeartbeatInterval` to every controller, polls GET_REPLICA_INFO every
@@ -94,7 +95,7 @@ class SlaveSync(Protocol):
 
 class AnyOtherBroker(Collection[int]):
     """The HA handshake's replica check in controller mode: any controller id >= 1 but this
-    broker's own (Java does not check either; reliability.md M16's check against the
+    broker's own (Java does not check either; docs/reliability.md M16's check against the
     controller's member list is not built)."""
 
     def __init__(self, own_id: Callable[[], int | None]) -> None:

@@ -1,4 +1,4 @@
-"""The ReplicasManager's role decisions, without I/O (replicas-manager.md §4.5, §6, §7.3).
+"""The ReplicasManager's role decisions, without I/O (docs/replicas-manager.md §4.5, §6, §7.3).
 
 Everything the controller tells a broker about its set (the answer to REGISTER_BROKER,
 ELECT_MASTER, GET_REPLICA_INFO, or a NOTIFY_BROKER_ROLE_CHANGED push) is a `ControllerView`;
@@ -11,7 +11,7 @@ Invariants:
   broker's own id.
 - A SyncStateSet is adopted only with a strictly greater SyncStateSet epoch, and only by the
   master of the current epoch (§7.3).
-- The master lease (reliability.md M17) is valid only within `lease_ms` of the send time of a
+- The master lease (docs/reliability.md M17) is valid only within `lease_ms` of the send time of a
   heartbeat that the controller was then seen to count (time from the monotonic clock, M15).
 """
 
@@ -165,7 +165,7 @@ def apply(role: RoleState, action: Action) -> RoleState:
 
 def lost_committed_hold_ms(controller_heart_beat_timeout_ms: int) -> int:
     """How long a broker that lost committed data stays away from the controller before it
-    registers (reliability.md M9): past its heartbeat timeout and two inactive-master scans, so
+    registers (docs/reliability.md M9): past its heartbeat timeout and two inactive-master scans, so
     the controller has elected another alive SyncStateSet member if there is one."""
     return controller_heart_beat_timeout_ms + 2 * SCAN_INACTIVE_MASTER_INTERVAL_MS
 

@@ -1,6 +1,7 @@
 """Slave metadata sync (`SlaveSynchronize`): a slave copies its master's topic configs,
 subscription groups, consumer offsets and delay offsets, so that once elected it serves every
-topic and every group's progress (reliability.md M11, RocketMQ #9804; remoting-protocol.md §10).
+topic and every group's progress (docs/reliability.md M11, RocketMQ #9804; docs/remoting-protocol.md
+§10).
 
 Pure core (no I/O, tested with tables and hypothesis):
 - `next_page_step` decides the 5.5.0 paging loop of GET_ALL_TOPIC_CONFIG (21) and

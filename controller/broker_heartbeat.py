@@ -1,5 +1,5 @@
 """The controller's table of live brokers, fed by BROKER_HEARTBEAT (904): RocketMQ's
-`DefaultBrokerHeartbeatManager` as a pure core (replicas-manager.md §5, §9.2).
+`DefaultBrokerHeartbeatManager` as a pure core (docs/replicas-manager.md §5, §9.2).
 
 Records are keyed by (clusterName, brokerName, brokerId). The first heartbeat of a key creates
 its record (address, channel, timeout, epoch, maxOffset, confirmOffset, priority); later ones

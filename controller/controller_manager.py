@@ -1,7 +1,7 @@
 """`ControllerManager`: the embedded single-node controller's shell (RocketMQ's ControllerManager
 + a one-node controller, always leader).
 
-It answers the controller codes (remoting-protocol.md §8, and GET_CONTROLLER_CONFIG; not
+It answers the controller codes (docs/remoting-protocol.md §8, and GET_CONTROLLER_CONFIG; not
 UPDATE_CONTROLLER_CONFIG: the configuration is read once, at start) from the pure cores:
 `replicas_info` decides a request and returns events, the `event_log` makes them durable, then
 they are applied and the request is answered. Heartbeats (904) feed `broker_heartbeat`. It

@@ -1,5 +1,5 @@
 """Who becomes master: RocketMQ's `DefaultElectPolicy` as one pure function
-(replicas-manager.md §9.3 step 3).
+(docs/replicas-manager.md §9.3 step 3).
 
 For the SyncStateSet, then (only with unclean election on) for every registered replica:
 1. keep only the alive candidates;
@@ -11,7 +11,7 @@ For the SyncStateSet, then (only with unclean election on) for every registered 
 
 Differences from Java, on purpose: Java compares maxOffset through an int cast of the long
 difference and priorities through an int subtraction, both of which can overflow and order
-wrongly (replicas-manager.md §9.3); pyrmq compares the numbers. Java collapses candidates equal
+wrongly (docs/replicas-manager.md §9.3); pyrmq compares the numbers. Java collapses candidates equal
 on all three keys into one TreeSet entry (the first inserted, i.e. the lowest id of a small
 HashSet); the id tie-break gives the same choice.
 """

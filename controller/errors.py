@@ -25,7 +25,7 @@ class RegisterBrokerRefusedError(ControllerError):
 
     The only case: the first registration of a broker id whose topic table holds exactly one
     topic, a shape RocketMQ reserves for incremental single-topic updates of a broker that is
-    already registered (spec/remoting-protocol.md §7.1, "Quirks").
+    already registered (docs/remoting-protocol.md §7.1, "Quirks").
     """
 
 

@@ -1,4 +1,4 @@
-"""The controller's state-machine events (replicas-manager.md §9.1) and their log encoding.
+"""The controller's state-machine events (docs/replicas-manager.md §9.1) and their log encoding.
 
 Every change to the replica state is one of these events: requests are validated against the
 current state, produce events, and the events are made durable (`event_log`) before they are

@@ -1,4 +1,4 @@
-"""The admin messages of the controller (remoting-protocol.md §8.10-§8.11, §9.2), beside the
+"""The admin messages of the controller (docs/remoting-protocol.md §8.10-§8.11, §9.2), beside the
 broker-side ones in `controller_client.messages`.
 
 - CONTROLLER_GET_SYNC_STATE_DATA (1006): request body a JSON array of broker names, response

@@ -1,5 +1,5 @@
 """Per broker set replica state, and the controller requests decided against it: RocketMQ's
-`ReplicasInfoManager` as a pure core (replicas-manager.md §9, remoting-protocol.md §8).
+`ReplicasInfoManager` as a pure core (docs/replicas-manager.md §9, docs/remoting-protocol.md §8).
 
 State per broker set (`BrokerSet`): cluster name, `next_assign_broker_id`, the applied broker ids
 with their address and registerCheckCode, master, masterEpoch, SyncStateSet and its epoch. It
@@ -294,7 +294,7 @@ class ReplicasInfoManager:
         *,
         alive: Mapping[int, BrokerLiveInfo],
     ) -> ControllerResult:
-        """CONTROLLER_ALTER_SYNC_STATE_SET (1001): the checks of remoting-protocol.md §8.9 in
+        """CONTROLLER_ALTER_SYNC_STATE_SET (1001): the checks of docs/remoting-protocol.md §8.9 in
         order, first failure wins."""
         broker_set = self._sets.get(broker_name)
         failed = ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
@@ -352,7 +352,7 @@ class ReplicasInfoManager:
         enable_elect_unclean_master: bool,
     ) -> ControllerResult:
         """CONTROLLER_ELECT_MASTER (1002), from a broker (its id) or from the controller itself
-        (`CONTROLLER_TRIGGERED`); replicas-manager.md §9.3. One difference from Java: a broker
+        (`CONTROLLER_TRIGGERED`); docs/replicas-manager.md §9.3. One difference from Java: a broker
         id that was never applied gets 2010 instead of (on a set's first election) the role."""
         broker_set = self._sets.get(broker_name)
         if broker_set is None:

@@ -1,6 +1,6 @@
 """The name server's JSON answers, byte for byte as a Java name server's fastjson writes them.
 
-Three bodies (spec/remoting-protocol.md §7.3, §7.4, §11):
+Three bodies (docs/remoting-protocol.md §7.3, §7.4, §11):
 
 - GET_ROUTEINFO_BY_TOPIC's `TopicRouteData`, in one of two forms. The **standard** form, sent
   when the request's version is >= 401 (4.9.4) or it asks `acceptStandardJsonOnly=true`, is

@@ -8,7 +8,7 @@ Four tables, named as in RocketMQ:
   from the topic configs of the set's master (or, with no master, of its lowest-id slave);
 - `broker_live_table`: (clusterName, brokerAddr) -> `BrokerLiveInfo`: last registration time,
   heartbeat timeout, the registered topic-config `DataVersion`, the connection it came on and its
-  HA address (which a slave's REGISTER_BROKER response carries, ha-protocol.md §4).
+  HA address (which a slave's REGISTER_BROKER response carries, docs/ha-protocol.md §4).
 
 Time comes in as `now_ms` (any monotonic millisecond clock); the channel a registration came on
 as an opaque `ChannelId` the shell chose. Nothing here does I/O or logs: each call returns what
@@ -24,7 +24,7 @@ Invariants:
   broker set yet: an unchanged `DataVersion` keeps the route as it is.
 - Queries return copies; nothing returned aliases a table.
 
-Deliberate differences from Java (spec/remoting-protocol.md §7.1, RouteInfoManager.java):
+Deliberate differences from Java (docs/remoting-protocol.md §7.1, RouteInfoManager.java):
 - A refused registration (first registration of an id with exactly one topic) changes nothing;
   Java has already added the broker name to its cluster and created an empty broker set.
 - A live record that expires or whose channel closes is always removed, even if its address is in

@@ -1,4 +1,5 @@
-"""`ControllerClient`: the broker's side of the controller protocol (replicas-manager.md §3-§6).
+"""`ControllerClient`: the broker's side of the controller protocol (docs/replicas-manager.md
+§3-§6).
 
 A thin asyncio shell over `messages`: one `RemotingClient` per controller address, opened on
 first use and reopened after it closes; every request has a deadline (`request_timeout_ms`,
@@ -161,7 +162,7 @@ class ControllerClient:
     async def answering(self, addrs: Collection[str]) -> list[str]:
         """The controllers of `addrs` that answer CONTROLLER_GET_METADATA_INFO now (all asked at
         once). On a connection that just carried a heartbeat, an answer means that controller
-        has read the heartbeat (a master lease renewal, reliability.md M17)."""
+        has read the heartbeat (a master lease renewal, docs/reliability.md M17)."""
         request = RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO)
 
         async def one(addr: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Errors of the controller client: one typed error per controller response code (spec §12).
+"""Errors of the controller client: one typed error per controller response code
+(docs/remoting-protocol.md §12).
 
 - `ControllerError`: root of everything this package raises.
 - `ControllerResponseError`: the controller answered with a non-zero code; `code` and `remark`

@@ -1,4 +1,4 @@
-"""The broker <-> controller messages (spec/remoting-protocol.md §8-§9) as frozen values.
+"""The broker <-> controller messages (docs/remoting-protocol.md §8-§9) as frozen values.
 
 Headers are `CommandHeader`s (attribute = Java field in snake_case, wire key = camelCase);
 bodies are `JSONBody`s encoded as fastjson writes them. Both releases (5.3.3, 5.5.0) use the

@@ -1,4 +1,4 @@
-"""The HA service's settings (ha-protocol.md §13), plus this broker's controller id."""
+"""The HA service's settings (docs/ha-protocol.md §13), plus this broker's controller id."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class HAConfig:
-    """The HA settings of `broker.conf` (ha-protocol.md §13), plus this broker's controller id."""
+    """The HA settings of `broker.conf` (docs/ha-protocol.md §13), plus this broker's controller
+    id."""
 
     broker_id: int
     ha_listen_port: int = 10912

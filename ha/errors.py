@@ -23,11 +23,12 @@ class FrameTooLargeError(HAProtocolError):
 
 
 class NoConsistentPointError(HAError):
-    """Master and slave share no epoch (ha-protocol.md §6 step 4); nothing is truncated."""
+    """Master and slave share no epoch (docs/ha-protocol.md §6 step 4); nothing is truncated."""
 
 
 class HandshakeRefusedError(HAProtocolError):
-    """A slave handshake from a broker id outside the master's replica set (reliability.md §5)."""
+    """A slave handshake from a broker id outside the master's replica set (docs/reliability.md
+    §5)."""
 
 
 class MasterDisconnectedError(HAError):

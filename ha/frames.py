@@ -1,4 +1,5 @@
-"""AutoSwitchHA frames (ha-protocol.md §3): layouts, encoders and incremental, bounded decoders.
+"""AutoSwitchHA frames (docs/ha-protocol.md §3): layouts, encoders and incremental, bounded
+decoders.
 
 A pure core: bytes in, frames out; nothing here touches a socket. Every frame is declared once
 (diagram, construct spec, precompiled `struct.Struct`, size check). construct is the readable
@@ -96,7 +97,7 @@ TRANSFER_HEADER_SPEC: Final = cs.Struct(
 TRANSFER_HEADER: Final = struct.Struct(">iiqiqq")
 assert TRANSFER_HEADER.size == TRANSFER_HEADER_SPEC.sizeof() == 36
 
-# Java's master builds its reply in a buffer of 1000 entries (§3.3); reliability.md §8 gives
+# Java's master builds its reply in a buffer of 1000 entries (§3.3); docs/reliability.md §8 gives
 # pyrmq's decoder a looser bound so a long-lived group never locks itself out.
 EPOCH_ENTRIES_MAX: Final = 10_000
 MASTER_HANDSHAKE_BODY_BYTES_MAX: Final = EPOCH_ENTRIES_MAX * EPOCH_ENTRY.size

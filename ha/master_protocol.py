@@ -1,10 +1,10 @@
-"""The master's side of one HA connection (ha-protocol.md §7): what to send to one slave, and
+"""The master's side of one HA connection (docs/ha-protocol.md §7): what to send to one slave, and
 what its frames mean. A pure core: the shell (connection.py) feeds it decoded slave frames and a
 `StoreView`, and carries out what it returns.
 
 Invariants:
 - A handshake is accepted only from a broker id in the replica set, and the id never changes on
-  a connection (reliability.md §5, M16).
+  a connection (docs/reliability.md §5, M16).
 - Nothing is shipped before the slave's first ACK; data starts at the slave's ACK offset (or,
   for an empty slave, at the master's min offset / last file, §7.2).
 - A batch is at most `ha_transfer_batch_size` bytes and never crosses a commitlog file or an

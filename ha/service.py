@@ -212,7 +212,7 @@ class AutoSwitchHAService:
     async def become_master(
         self, epoch: int, sync_state_set: frozenset[int], sync_state_set_epoch: int
     ) -> None:
-        """changeToMaster (ha-protocol.md §12.1): stop replicating, cut a partial tail, persist
+        """changeToMaster (docs/ha-protocol.md §12.1): stop replicating, cut a partial tail, persist
         the epoch entry `(epoch, max_phy_offset)`, then accept writes. Raises `ValueError` for an
         epoch below the last local one (nothing changes)."""
         last = self.store.epoch_cache.last_epoch()
@@ -347,7 +347,7 @@ class AutoSwitchHAService:
                 self._propose_change(sss.local | {acked.broker_id}, "expand")
         if acked.broker_id in sss.view() and acked.max_offset < self.store.confirm_offset:
             # A member came back short (it lost a tail): shrink it out; it never lowers
-            # confirmOffset (reliability.md M4).
+            # confirmOffset (docs/reliability.md M4).
             self._propose_change(sss.local - {acked.broker_id}, "member behind confirm")
         self._on_ack_or_change()
 

@@ -1,4 +1,4 @@
-"""The slave's side of the HA connection (ha-protocol.md §5, §6): handshake, truncation to the
+"""The slave's side of the HA connection (docs/ha-protocol.md §5, §6): handshake, truncation to the
 consistent point, receiving transfers, acknowledging. A pure core: the shell (client.py) feeds
 it decoded master frames and carries out the effects it returns, **in order**, stopping at the
 first failure (then closes and reconnects).

@@ -1,4 +1,4 @@
-"""HAConnectionState (ha-protocol.md §2): the wire value is Java's enum ordinal.
+"""HAConnectionState (docs/ha-protocol.md §2): the wire value is Java's enum ordinal.
 
 Only HANDSHAKE (1) and TRANSFER (2) ever appear in frames; the others are local states.
 """

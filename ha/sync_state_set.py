@@ -1,7 +1,7 @@
 """SyncStateSet rules on the master: which slaves are in sync, and how far writes are confirmed.
 
-A pure core (ha-protocol.md §9-§11, reliability.md M1, M3, M4). Broker ids are the controller's
-(i64). Times are monotonic milliseconds given by the caller.
+A pure core (docs/ha-protocol.md §9-§11, docs/reliability.md M1, M3, M4). Broker ids are the
+controller's (i64). Times are monotonic milliseconds given by the caller.
 
 Invariants:
 - The master is always a member of its own SyncStateSet.

@@ -89,7 +89,8 @@ _STORED_CODES: Final = frozenset({
     ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE,
 })
-# Batch body entry (remoting-protocol.md §6.3): TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH.
+# Batch body entry (docs/remoting-protocol.md §6.3): TOTALSIZE, MAGICCODE, BODYCRC, FLAG,
+# BODYLENGTH.
 _BATCH_ENTRY_HEAD: Final = struct.Struct(">iiiii")
 _PROPERTIES_LENGTH: Final = struct.Struct(">h")
 

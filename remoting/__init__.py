@@ -1,4 +1,4 @@
-"""pyrmq remoting package: the RocketMQ remoting protocol (spec/remoting-protocol.md).
+"""pyrmq remoting package: the RocketMQ remoting protocol (docs/remoting-protocol.md).
 
 Pure cores: `codes` (request/response codes, languages, flags), `command` (`RemotingCommand`),
 `codec` (frames <-> commands, JSON and ROCKETMQ headers), `fastjson` (JSON text as fastjson

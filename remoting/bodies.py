@@ -1,4 +1,5 @@
-"""JSON bodies of the remoting codes pyrmq serves or sends, as frozen values (spec §6-§7, §11).
+"""JSON bodies of the remoting codes pyrmq serves or sends, as frozen values
+(docs/remoting-protocol.md §6-§7, §11).
 
 Each body class mirrors a Java `RemotingSerializable` class: `encode()` writes what fastjson
 writes (bean properties sorted by name, None omitted, compact, maps in their own order, integer

@@ -1,4 +1,5 @@
-"""The remoting frame codec: `RemotingCommand` <-> bytes, sans I/O (remoting-protocol.md §1-§3).
+"""The remoting frame codec: `RemotingCommand` <-> bytes, sans I/O (docs/remoting-protocol.md
+§1-§3).
 
 One frame, all integers big-endian:
 

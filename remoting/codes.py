@@ -1,7 +1,7 @@
 """Numbers of the remoting protocol: request and response codes, languages, serialize types, flags.
 
 Every value is written out as RocketMQ has it (`RequestCode.java`, `ResponseCode.java`,
-`RemotingSysResponseCode.java`, `LanguageCode.java`; spec/remoting-protocol.md §5, §12), so
+`RemotingSysResponseCode.java`, `LanguageCode.java`; docs/remoting-protocol.md §5, §12), so
 reordering this file never changes a byte on the wire. A command's `code` stays a plain `int`:
 codes we do not know must still travel (and be answered with REQUEST_CODE_NOT_SUPPORTED).
 """

@@ -1,4 +1,4 @@
-"""JSON text as Java's fastjson 1.2.83 writes and reads it (spec/remoting-protocol.md §2, §11).
+"""JSON text as Java's fastjson 1.2.83 writes and reads it (docs/remoting-protocol.md §2, §11).
 
 Writing (`quote_fastjson`, `dump_fastjson`): compact, keys in the order given (callers order bean
 properties alphabetically, as fastjson does), strings escaped as fastjson escapes them: `"` and

@@ -5,10 +5,10 @@ in snake_case; the wire key is the camelCase field name (`producer_group` <-> `p
 unless the class lists an exception in `_WIRE_KEYS` (`client_id` <-> `clientID`, `broker_name`
 <-> `bname`). The attribute's type is the Java type: `str`, `Int32` (Integer), `Int64` (Long),
 `bool` (Boolean), `BoundaryType`. Sources: `remoting/.../protocol/header/**` and
-spec/remoting-protocol.md §2, §6, §7.
+docs/remoting-protocol.md §2, §6, §7.
 
 Decoding (`from_ext_fields`) accepts exactly what Java accepts, with the value Java reads
-(spec/remoting-protocol.md §2; the table in tests/remoting/test_java_leniency.py):
+(docs/remoting-protocol.md §2; the table in tests/remoting/test_java_leniency.py):
 - booleans as `Boolean.parseBoolean`: "true" in any case is true, anything else ("0", "1", "",
   "yes") is false, never an error (the C++ client sends `unitMode` as "0");
 - integers as `Integer.parseInt` / `Long.parseLong`: optional sign, any Unicode decimal digits
@@ -428,7 +428,8 @@ class SearchOffsetRequestHeader(CommandHeader):
 def refuse_lite_topic(header: PullMessageRequestHeader | SearchOffsetRequestHeader) -> None:
     """A 5.5.0 client's non-empty `liteTopic` means "this lite topic's LMQ, not `topic`"; pyrmq
     has no lite topics and must not serve the parent topic instead (a 5.3.3 broker would):
-    HeaderFieldError, answered with SYSTEM_ERROR naming the field (remoting §5, a pyrmq choice)."""
+    HeaderFieldError, answered with SYSTEM_ERROR naming the field (docs/remoting-protocol.md §5, a
+    pyrmq choice)."""
     if header.lite_topic:
         raise HeaderFieldError(type(header).__name__, "liteTopic", header.lite_topic,
                                "names a lite topic; pyrmq serves no lite topics")

@@ -37,7 +37,7 @@ _MIB: Final = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     """Every bound of a `RemotingServer`. Defaults follow RocketMQ where it has one (16 MiB
-    frames, `serverChannelMaxIdleTimeSeconds` = 120 s) and reliability.md §5 where it does not
+    frames, `serverChannelMaxIdleTimeSeconds` = 120 s) and docs/reliability.md §5 where it does not
     (30 s frame-read deadline)."""
 
     frame_bytes_max: int = FRAME_BYTES_MAX

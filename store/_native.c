@@ -30,7 +30,7 @@
 #include <immintrin.h>
 #endif
 
-/* Record layout (store-format.md section 3): QUEUEOFFSET at 20, PHYSICALOFFSET at 28. */
+/* Record layout (docs/store-format.md §3): QUEUEOFFSET at 20, PHYSICALOFFSET at 28. */
 #define QUEUE_OFFSET_AT 20
 #define PHY_OFFSET_AT 28
 /* The `__CRC32#` property reservation at the end of PROPERTIES: name, 0x01, 10 digits, 0x02. */
@@ -901,7 +901,7 @@ done:
 
 /* ------------------------------------------------------------------ SEND_BATCH_MESSAGE bodies */
 
-/* Wire batch entry (remoting-protocol.md section 6.3): TOTALSIZE, MAGICCODE, BODYCRC (all three
+/* Wire batch entry (docs/remoting-protocol.md §6.3): TOTALSIZE, MAGICCODE, BODYCRC (all three
  * ignored, as Java does), FLAG i32, BODYLENGTH i32, BODY, PROPERTIESLENGTH i16, PROPERTIES. */
 #define ENTRY_FIXED_BYTES 22
 #define MAX_PROPERTIES_BYTES 32767

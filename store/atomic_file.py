@@ -7,7 +7,7 @@ epoch file, broker identity, abort file). Its steps, in this order:
    `path`, itself by this same protocol (`<path>.bak.tmp`, fsync, rename, directory fsync);
 2. write `<path>.tmp` (created or truncated) and fsync it;
 3. `os.replace(<path>.tmp, path)`;
-4. fsync the directory; only then journal `A <path> <len> <b64>` (reliability.md §6.11).
+4. fsync the directory; only then journal `A <path> <len> <b64>` (docs/reliability.md §6.11).
 
 Invariants:
 - The name `path` only ever refers to a file whose content was fsynced before the rename made it

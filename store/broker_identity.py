@@ -1,11 +1,12 @@
-"""The persistent controller broker id: `brokerIdentity`, `brokerIdentity-temp` (store-format §6).
+"""The persistent controller broker id: `brokerIdentity`, `brokerIdentity-temp`
+(docs/store-format.md §6).
 
     brokerIdentity        <clusterName>#<brokerName>#<brokerId>
     brokerIdentity-temp   <clusterName>#<brokerName>#<brokerId>#<registerCheckCode>
 
 UTF-8, no trailing newline, no checksum, no `.bak`. e.g. `DefaultCluster#broker-a#1` and
 `DefaultCluster#broker-a#2#192.168.0.11:10911;1700000000123`. How the two files are used (temp
-first, then the final file, then delete temp) is replicas-manager.md §4.
+first, then the final file, then delete temp) is docs/replicas-manager.md §4.
 
 Invariants:
 - Writes produce exactly those bytes (a trailing newline makes Java reject `brokerIdentity`), via

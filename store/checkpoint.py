@@ -1,4 +1,4 @@
-"""The StoreCheckpoint file `${root}/checkpoint` (store-format.md §7): six timestamps/offsets.
+"""The StoreCheckpoint file `${root}/checkpoint` (docs/store-format.md §7): six timestamps/offsets.
 
 Layout (4096 bytes, big-endian). Java 5.3.3 reads bytes [0, 40), Java 5.5.0 bytes [0, 48), and
 both ignore the rest; pyrmq adds a trailer in that unused area so a torn or damaged file is
@@ -19,7 +19,7 @@ never writes it.
 Invariants:
 - A file of any size other than 4096, or with a trailer magic but a wrong CRC, is *bad*:
   `load_checkpoint` says so and returns zeros; the store then recovers as after an abnormal exit
-  with `min_timestamp() == 0` (reliability.md §7.2 g), i.e. it scans the whole window.
+  with `min_timestamp() == 0` (docs/reliability.md §7.2 g), i.e. it scans the whole window.
 - A 4096-byte file without a magic (written by Java) is accepted as it is if bytes [48, 4096)
   are zeros, as Java leaves them; anything else there is *bad* (random bytes would otherwise
   pass for a Java file with random offsets and timestamps). A 5.3.3 file (zeros from 40 on)

@@ -6,7 +6,7 @@ mapping, CRCs included (store/message_format.py writes the bytes). Everything th
 
 Invariants:
 - A record never spans two files: when `size + 8` does not fit in the rest of the file, a BLANK
-  record fills it and the record starts the next file (store-format.md §2, §3.6).
+  record fills it and the record starts the next file (docs/store-format.md §2, §3.6).
 - Every record's PHYSICALOFFSET field equals its position in the log.
 - `flushed_where <= max_phy_offset`; bytes below `flushed_where` are on disk.
 """

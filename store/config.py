@@ -1,7 +1,7 @@
 """Store settings: the `MessageStoreConfig` keys of broker.conf, as typed snake_case fields.
 
-Defaults are RocketMQ's (store-format.md §11) except where pyrmq is deliberately stricter:
-the whole-record CRC (`__CRC32#`) is always written and verified (reliability.md M13).
+Defaults are RocketMQ's (docs/store-format.md §11) except where pyrmq is deliberately stricter:
+the whole-record CRC (`__CRC32#`) is always written and verified (docs/reliability.md M13).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One consume queue (topic, queueId): 20-byte units pointing into the commitlog.
 
-Unit layout (store-format.md §4.2), big-endian:
+Unit layout (docs/store-format.md §4.2), big-endian:
   0          8      12          20
   | phyOffset | size | tagsCode |
   | i64       | i32  | i64      |
@@ -81,7 +81,7 @@ class ConsumeQueue:
     # ---------------------------------------------------------------- load and recovery
 
     def load_and_recover(self) -> None:
-        """Map the files and find the end of valid units (store-format.md §9.4).
+        """Map the files and find the end of valid units (docs/store-format.md §9.4).
 
         Scanning starts at the third file from the end, as RocketMQ does; units before it are
         taken as valid. Files after the stop are deleted and the tail of the stop file zeroed.

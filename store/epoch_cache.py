@@ -1,4 +1,5 @@
-"""The epoch cache: which master epoch wrote which range of the commitlog (ha-protocol.md §6, §8).
+"""The epoch cache: which master epoch wrote which range of the commitlog (docs/ha-protocol.md §6,
+§8).
 
 A pure core. `EpochCache` is an immutable list of `EpochEntry(epoch, start_offset, end_offset)`;
 every operation returns a new cache, so a shell can persist the new list (epoch_file.py) *before*
@@ -6,11 +7,13 @@ it makes it current ("persist the epoch entry before accepting writes"). `find_c
 is the slave's truncation rule of the HA handshake.
 
 Invariants of an `EpochCache`:
-- Epochs strictly increase; start offsets never decrease (reliability.md M8). Breaking either in
+- Epochs strictly increase; start offsets never decrease (docs/reliability.md M8). Breaking either
+in
   `append` or at construction raises `DataInvariantError`.
 - Ends are derived, never stored: entry i ends where entry i+1 starts; the last entry ends at
   `LONG_MAX` (Java's `Long.MAX_VALUE`, "still open"). Suffix truncations reset the new last end to
-  `LONG_MAX`, as Java intends (its in-memory copy quirk, ha-protocol.md §8.2, is not reproduced).
+  `LONG_MAX`, as Java intends (its in-memory copy quirk, docs/ha-protocol.md §8.2, is not
+  reproduced).
 - Epochs fit an i32 and offsets an i64, both non-negative (the file cannot store a `-`).
 
 Differences from Java's `EpochFileCache`, on purpose:
@@ -195,7 +198,7 @@ class EpochCache:
         return EpochCache(e for e in self._entries if e.end_offset > phy_offset)
 
     def drop_beyond(self, max_phy_offset: int) -> EpochCache:
-        """Drop entries that start after `max_phy_offset` (recovery, reliability.md M8).
+        """Drop entries that start after `max_phy_offset` (recovery, docs/reliability.md M8).
 
         Such entries describe data the commitlog no longer has (a power loss took the tail after
         the epoch file was written). An entry starting exactly at `max_phy_offset` is kept: a new
@@ -205,7 +208,7 @@ class EpochCache:
 
 
 def with_end_offset(entries: Sequence[EpochEntry], end_offset: int) -> tuple[EpochEntry, ...]:
-    """Entries with ends derived for the consistent-point search (ha-protocol.md §6 step 2).
+    """Entries with ends derived for the consistent-point search (docs/ha-protocol.md §6 step 2).
 
     Entry i ends at entry i+1's start; the last ends at `end_offset` (the owner's max phy
     offset: the handshake `offset` for the master's list, the local commitlog end for the
@@ -219,17 +222,17 @@ def with_end_offset(entries: Sequence[EpochEntry], end_offset: int) -> tuple[Epo
 
 
 class NoTruncation(enum.Enum):
-    """A consistent-point search that keeps all local data (ha-protocol.md §6 step 1)."""
+    """A consistent-point search that keeps all local data (docs/ha-protocol.md §6 step 1)."""
 
     # The slave has no epoch entries: Java does not truncate anything and resumes at the local
-    # end, even if that data diverges from the master (ha-protocol.md §14 quirk 5).
+    # end, even if that data diverges from the master (docs/ha-protocol.md §14 quirk 5).
     LOCAL_EPOCH_CACHE_EMPTY = "local epoch cache empty"
 
 
 def find_consistent_point(
     local: Sequence[EpochEntry], master: Sequence[EpochEntry]
 ) -> int | NoTruncation | None:
-    """Where the slave's log stops agreeing with the master's (ha-protocol.md §6 steps 1-4).
+    """Where the slave's log stops agreeing with the master's (docs/ha-protocol.md §6 steps 1-4).
 
     Both lists must carry the end offsets of §6 step 2 (see `with_end_offset`). Walks `local`
     from the highest epoch down; the first local entry whose epoch the master also has, with the

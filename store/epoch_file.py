@@ -1,4 +1,5 @@
-"""The `epochFileCheckpoint` text file and its `.bak` (store-format.md §5): the epoch cache on disk.
+"""The `epochFileCheckpoint` text file and its `.bak` (docs/store-format.md §5): the epoch cache on
+disk.
 
 Format (UTF-8, `\\n` line ends):
 
@@ -15,7 +16,7 @@ Invariants:
   epoch_cache.py, are check failures too (Java crashes on the first and sorts the second); and
   when no trustworthy version exists (main bad and `.bak` bad or absent, or main absent and
   `.bak` bad) it raises `EpochFileUnreadableError` instead of starting with an empty cache
-  (reliability.md §7.2 g): an empty cache would silently skip the slave's truncation.
+  (docs/reliability.md §7.2 g): an empty cache would silently skip the slave's truncation.
 - Writing replaces the main file atomically with `.bak` = the previous content (Java readers
   fall back to `.bak`, so it must stay the previous version), fault prefix "epoch.write". A
   damaged previous main file is not copied: `.bak` then keeps its own, good, content.

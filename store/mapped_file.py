@@ -7,7 +7,7 @@ numpy view with `numpy_view()`, which must be dropped before `close()`.
 Invariants:
 - The whole file is allocated with `posix_fallocate` before it is mapped: a later store into the
   mapping never needs a new block, so a full disk is a typed `DiskFullError` at creation, never a
-  SIGBUS in the middle of an append (reliability.md M14).
+  SIGBUS in the middle of an append (docs/reliability.md M14).
 - `flushed_position <= wrote_position <= file_size`.
 - `truncate_to(pos)` leaves zeros in [pos, file_size) on disk before it returns (M7): a later
   recovery scan can never read a stale record after the cut.

@@ -1,6 +1,7 @@
 """The commitlog record: its byte layout, its codec, and the checks recovery and reads rely on.
 
-One stored message is one record (store-format.md §3); a SEND_BATCH_MESSAGE stores one record per
+One stored message is one record (docs/store-format.md §3); a SEND_BATCH_MESSAGE stores one record
+per
 inner message (§3.7). This module is a pure core: it takes and returns bytes and numbers, and writes
 only into the buffer it is given.
 
@@ -80,7 +81,7 @@ CRC32_MASK: Final = 0x7FFFFFFF
 
 
 class SysFlag(enum.IntFlag):
-    """SYSFLAG bits (`MessageSysFlag`, store-format.md §3.2), RocketMQ's names and values."""
+    """SYSFLAG bits (`MessageSysFlag`, docs/store-format.md §3.2), RocketMQ's names and values."""
 
     COMPRESSED_FLAG = 0x1
     MULTI_TAGS_FLAG = 0x2
@@ -345,7 +346,7 @@ def _host_spec(v6_flag: int) -> cs.Struct:
     )
 
 
-# Commitlog record, IPv4 born host and IPv4 store host (store-format.md §3.1). An IPv6 host is
+# Commitlog record, IPv4 born host and IPv4 store host (docs/store-format.md §3.1). An IPv6 host is
 # 20 bytes instead of 8 and moves everything after it by 12; a V2 record's TOPICLENGTH is an i16.
 #  0           4           8         12         16     20            28               36
 #  | TOTALSIZE | MAGICCODE | BODYCRC | QUEUEID  | FLAG | QUEUEOFFSET | PHYSICALOFFSET | SYSFLAG |
@@ -945,7 +946,7 @@ def write_record_python(
 # Batches: the SEND_BATCH_MESSAGE body, and one record per inner message
 # --------------------------------------------------------------------------------------------
 
-# Wire batch body entry (remoting-protocol.md §6.3), one per inner message:
+# Wire batch body entry (docs/remoting-protocol.md §6.3), one per inner message:
 #  0           4           8         12     16           20     20+B               22+B
 #  | TOTALSIZE | MAGICCODE | BODYCRC | FLAG | BODYLENGTH | BODY | PROPERTIESLENGTH | PROPERTIES |
 #  | i32       | i32 (0)   | i32 (0) | i32  | i32 = B    | B    | i16 = P          | P          |
@@ -1044,7 +1045,7 @@ def prepare_batch(
 
     HEAD behaviour (§3.7): each record's PROPERTIES is the inner message's own string; batch-level
     properties are not copied. Limits: topic <= 127 chars (so V1); at least one message; the batch
-    as sent (22 + body + properties bytes per message, remoting-protocol.md §6.3) <=
+    as sent (22 + body + properties bytes per message, docs/remoting-protocol.md §6.3) <=
     `max_message_size`; each property string <= 32767 bytes with the CRC reservation; flags within
     i32. PREPARED_TRANSACTION_OFFSET is 0. With `append_prop_crc`, inner properties are normalised
     like a single message's (a pyrmq choice: Java copies them as is, which leaves the CRC property

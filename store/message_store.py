@@ -6,7 +6,7 @@ thread, driven by `run()`, the store's own long-lived coroutine.
 
 Invariants:
 - Queue offsets are assigned densely per (topic, queueId) at append time, and after any restart
-  or truncation they account for every record up to maxPhyOffset (reliability.md M5).
+  or truncation they account for every record up to maxPhyOffset (docs/reliability.md M5).
 - Consume-queue units are written only for records that end at or below the dispatch bound:
   maxPhyOffset normally, confirmOffset in controller mode (M4, RocketMQ #6609).
 - confirmOffset <= maxPhyOffset always; a truncation below it is a `DataInvariantError` unless
@@ -175,8 +175,8 @@ class MessageStore:
         self._dispatcher = Dispatcher(self.consume_queues, delays_ms=self._delays_ms)
         self._flushed_store_timestamp = 0
         self._logics_flushed_store_timestamp = 0
-        # The checkpoint's logicsPhysicalOffset (5.5.0, store-format §7): the start of the last
-        # record dispatched before the last consume-queue flush; 0 = unknown.
+        # The checkpoint's logicsPhysicalOffset (5.5.0, docs/store-format.md §7): the start of the
+        # last record dispatched before the last consume-queue flush; 0 = unknown.
         self._logics_physical_offset = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
@@ -194,7 +194,7 @@ class MessageStore:
     # ================================================================ open / close
 
     def open(self) -> RecoveryReport:
-        """Lock the directory, load every file and recover (store-format.md §9). Blocking."""
+        """Lock the directory, load every file and recover (docs/store-format.md §9). Blocking."""
         root = self.config.store_path_root_dir
         root.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
@@ -739,7 +739,7 @@ class MessageStore:
         # crash after the cut never reads as "committed data lost" (M9); then consume queues and
         # commitlog are cut (and fsynced), then the epoch file, so a crash in between never
         # leaves epochs describing bytes that are gone.
-        # logicsPhysicalOffset must never name a record that is gone (store-format §7).
+        # logicsPhysicalOffset must never name a record that is gone (docs/store-format.md §7).
         if self._logics_physical_offset >= phy_offset:
             self._logics_physical_offset = 0
         checkpoint = self._checkpoint_value()
@@ -798,8 +798,8 @@ class MessageStore:
                 self.commitlog.prepare_raw_file, start))
 
     def is_record_boundary(self, phy_offset: int) -> bool:
-        """Whether the log may be cut at `phy_offset` (ha-protocol.md §6 step 5): at or past the
-        end, at a fully valid record (CRCs checked), at a BLANK, or past its file's data."""
+        """Whether the log may be cut at `phy_offset` (docs/ha-protocol.md §6 step 5): at or past
+        the end, at a fully valid record (CRCs checked), at a BLANK, or past its file's data."""
         if phy_offset >= self.commitlog.max_phy_offset:
             return True
         mapped = self.commitlog.files.find(phy_offset)
@@ -814,7 +814,7 @@ class MessageStore:
         return check.status in (CheckStatus.VALID, CheckStatus.BLANK)
 
     async def truncate_for_slave(self, phy_offset: int) -> None:
-        """A slave's handshake cut (ha-protocol.md §6 steps 5-6), in durable order: consume
+        """A slave's handshake cut (docs/ha-protocol.md §6 steps 5-6), in durable order: consume
         queues and commitlog (zeroed, fsynced), then epoch entries starting at or after
         `phy_offset` (the epoch file, also when no byte was cut). Committed bytes may go: the
         master's log is authoritative (the caller reports that loudly)."""
@@ -835,7 +835,7 @@ class MessageStore:
             await self._in_thread(self.append_epoch_blocking, epoch, start_offset)
 
     def become_master_blocking(self, epoch: int) -> int:
-        """The store's part of changeToMaster (ha-protocol.md §12.1), in durable order: cut a
+        """The store's part of changeToMaster (docs/ha-protocol.md §12.1), in durable order: cut a
         partial tail left by replication (bytes after the last whole valid record), drop epoch
         entries at or above `epoch`, persist `(epoch, max_phy_offset)` (unless the last entry
         already is `epoch`'s: then it stays), then rebuild the next queue offsets and dispatch

@@ -1,9 +1,9 @@
 """Recovery decisions over commitlog bytes: where to start scanning and where valid data ends.
 
 Pure: functions take buffers and numbers and return results; the store opens the files,
-dispatches what the scan reports, and truncates (store-format.md §9).
+dispatches what the scan reports, and truncates (docs/store-format.md §9).
 
-Rules (pyrmq is stricter than RocketMQ's defaults, reliability.md M13):
+Rules (pyrmq is stricter than RocketMQ's defaults, docs/reliability.md M13):
 - A record is valid only if its magic, every length, its PHYSICALOFFSET field (= its position),
   its body CRC and, when required, its whole-record `__CRC32#` CRC all check.
 - The scan of a file stops at the first invalid record; the log ends there, even if valid-looking

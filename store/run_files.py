@@ -1,4 +1,4 @@
-"""The store's run markers: the `abort` file and the process `lock` (store-format.md §8).
+"""The store's run markers: the `abort` file and the process `lock` (docs/store-format.md §8).
 
 - `${root}/abort` exists while a store runs: created after recovery, before the store accepts
   writes, and deleted on a clean shutdown. Found at load, it means the last exit was abnormal.

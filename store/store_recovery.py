@@ -1,4 +1,4 @@
-"""The recovery procedure of a loaded store (store-format.md §9.2, §9.3): choose where to scan,
+"""The recovery procedure of a loaded store (docs/store-format.md §9.2, §9.3): choose where to scan,
 verify records, re-dispatch, cut the log after the last valid record, clamp confirmOffset.
 
 The pure decisions (start file, scan, clamp) live in `store/recovery.py`; this module applies

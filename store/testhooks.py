@@ -1,4 +1,4 @@
-"""Test hooks of the store: the durability journal and fault points (reliability.md §6.11).
+"""Test hooks of the store: the durability journal and fault points (docs/reliability.md §6.11).
 
 Both are off unless a test turns them on, and cost one global flag check when off. Nothing is
 read from the environment at import: a production broker ignores the variables below unless it

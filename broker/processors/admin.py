@@ -2,7 +2,7 @@
 GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202), GET_TOPIC_CONFIG (351),
 GET_ALL_MESSAGE_REQUEST_MODE (402), GET_BROKER_HA_STATUS (907) and GET_BROKER_EPOCH_CACHE (1007)
-(remoting-protocol.md §6.11, §9.2, §10).
+(docs/remoting-protocol.md §6.11, §9.2, §10).
 
 The slave-sync tables are served as Java 5.5.0 serves them: GET_ALL_TOPIC_CONFIG and
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG page (by name order, `page_bounds` of

@@ -1,5 +1,5 @@
 """Client registration: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38)
-(remoting-protocol.md §6.8-§6.10).
+(docs/remoting-protocol.md §6.8-§6.10).
 
 A heartbeat registers the connection for each of its producer and consumer groups; for each
 consumer group it also creates (if absent) the subscription group and the retry topic

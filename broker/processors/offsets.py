@@ -1,6 +1,6 @@
 """Consumer offsets and queue offsets: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
-GET_EARLIEST_MSG_STORETIME (32) and VIEW_MESSAGE_BY_ID (33) (remoting-protocol.md §6.5-§6.7).
+GET_EARLIEST_MSG_STORETIME (32) and VIEW_MESSAGE_BY_ID (33) (docs/remoting-protocol.md §6.5-§6.7).
 
 QUERY_CONSUMER_OFFSET without a committed offset answers 0 with offset 0 when the queue still
 starts at 0 and holds a message there (Java also asks whether that message is in page cache;

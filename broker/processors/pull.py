@@ -1,5 +1,5 @@
 """PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361, same request) with long polling
-(remoting-protocol.md §6.4).
+(docs/remoting-protocol.md §6.4).
 
 Java's `PullMessageProcessor` and `DefaultPullMessageResultHandler`, for a master:
 1. the group must exist or be auto-created (26), consume-enabled (16); the topic must exist (17)
@@ -81,7 +81,7 @@ _JAVA_FIELD_ORDER: Final = (
 
 def pull_response_fields(header: PullMessageResponseHeader) -> dict[str, str]:
     """The pull answer's `extFields` in the order a Java broker writes them (its HashMap order
-    for the first six, remoting-protocol.md §15.3), so the header is byte-identical."""
+    for the first six, docs/remoting-protocol.md §15.3), so the header is byte-identical."""
     fields = header.to_ext_fields()
     return {key: fields[key] for key in _JAVA_FIELD_ORDER if key in fields}
 

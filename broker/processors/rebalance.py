@@ -1,4 +1,4 @@
-"""Orderly-consumption locks: LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42) (remoting-protocol.md
+"""Orderly-consumption locks: LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42) (docs/remoting-protocol.md
 §6.11), the shell around `broker.rebalance_lock.RebalanceLockManager`.
 
 Both bodies are `LockBatchRequestBody`; the lock answer's body is `LockBatchResponseBody` with

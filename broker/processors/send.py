@@ -1,12 +1,12 @@
 """Sends: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
-CONSUMER_SEND_MSG_BACK (36) (remoting-protocol.md §6.1-§6.3, §6.11).
+CONSUMER_SEND_MSG_BACK (36) (docs/remoting-protocol.md §6.1-§6.3, §6.11).
 
 Checks come in Java's order (`AbstractSendMessageProcessor.msgCheck`, `SendMessageProcessor`),
 with one deliberate difference: the message's own limits (topic length for the store, body size,
 properties size) are checked *before* an unknown topic is auto-created, so a refused message
-changes nothing at all (reliability.md P5). The codes:
+changes nothing at all (docs/reliability.md P5). The codes:
 - 14 SERVICE_NOT_AVAILABLE: the store does not take writes (fenced, disk full, closed), or a
-  controller-mode master's lease ran out (reliability.md M17);
+  controller-mode master's lease ran out (docs/reliability.md M17);
 - 16 NO_PERMISSION: a topic clients may not send to, an order topic on a non-writable broker,
   a transactional message (pyrmq has no transactions);
 - 29 INVALID_PARAMETER: a topic name `TopicValidator` refuses (characters, > 127 or > 255 for
@@ -19,8 +19,8 @@ changes nothing at all (reliability.md P5). The codes:
   (checked before the append);
 - 12 FLUSH_SLAVE_TIMEOUT: stored, but the replicas the send waits for (the whole SyncStateSet
   with `allAckInSyncStateSet`, else `inSyncReplicas`) did not ack within `slaveTimeout`.
-Every non-success code except 10 and 12 means nothing was appended (reliability.md M2), with one
-exception: SYSTEM_ERROR "appended, but it will not be served" (`DispatchError`), a record whose
+Every non-success code except 10 and 12 means nothing was appended (docs/reliability.md M2), with
+one exception: SYSTEM_ERROR "appended, but it will not be served" (`DispatchError`), a record whose
 consume-queue unit its queue refused (store/dispatch.py); it is in the commitlog, never served.
 
 A message with a positive `DELAY` property is stored in `SCHEDULE_TOPIC_XXXX` (queue level - 1,
@@ -158,7 +158,7 @@ def send_response_fields(
     queue_offset: int,
 ) -> dict[str, str]:
     """A stored send's `extFields`, in the order a Java broker writes them (its HashMap
-    order, remoting-protocol.md §15.2), so the header is byte-identical."""
+    order, docs/remoting-protocol.md §15.2), so the header is byte-identical."""
     fields = {"queueId": str(queue_id)}
     if transaction_id is not None:
         fields["transactionId"] = transaction_id
@@ -292,7 +292,7 @@ class SendProcessor:
         if self._store.disk_full:
             return "service not available now: the broker's disk is full"
         if self._write_refusal is not None:
-            return self._write_refusal()  # the master lease (reliability.md M17)
+            return self._write_refusal()  # the master lease (docs/reliability.md M17)
         return None
 
     # -- the common checks (msgCheck) ------------------------------------------------------

@@ -36,7 +36,7 @@ flushDiskType = ASYNC_FLUSH
 """
 
 # distribution/conf/controller/quick-start/broker-n0.conf plus the other controller-mode keys of
-# the spec (replicas-manager.md §2, ha-protocol.md §13).
+# the spec (docs/replicas-manager.md §2, docs/ha-protocol.md §13).
 CONTROLLER_BROKER_CONF = """\
 brokerClusterName = DefaultCluster
 brokerName = broker-a

@@ -120,7 +120,7 @@ def header_json(frame: bytes) -> bytes:
 
 
 def test_send_response_header_is_byte_identical_to_java() -> None:
-    """remoting-protocol.md §15.2."""
+    """docs/remoting-protocol.md §15.2."""
     fields = send_response_fields(
         queue_id=1, transaction_id="C0A8000100002A9F0000000000000001",
         msg_id="C0A8000A00002A9F0000000000000F3C", trace_on=True, region_id="DefaultRegion",
@@ -138,7 +138,7 @@ def test_send_response_header_is_byte_identical_to_java() -> None:
 
 
 def test_pull_response_header_is_byte_identical_to_java() -> None:
-    """remoting-protocol.md §15.3."""
+    """docs/remoting-protocol.md §15.3."""
     fields = pull_response_fields(PullMessageResponseHeader(
         suggest_which_broker_id=0, next_begin_offset=18, min_offset=0, max_offset=18,
         topic_sys_flag=0, group_sys_flag=0,

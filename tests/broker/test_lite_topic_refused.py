@@ -1,5 +1,5 @@
-"""RocketMQ 5.5.0's optional `liteTopic` header field (remoting-protocol.md §5, §6.4, §6.7; spec
-README "Version differences" row 9): a 5.5.0 broker reads a non-empty one in PULL_MESSAGE and
+"""RocketMQ 5.5.0's optional `liteTopic` header field (docs/remoting-protocol.md §5, §6.4, §6.7;
+spec README "Version differences" row 9): a 5.5.0 broker reads a non-empty one in PULL_MESSAGE and
 SEARCH_OFFSET_BY_TIMESTAMP as "the lite topic's LMQ instead of `topic`". pyrmq has no lite topics
 and must not serve the parent topic instead: it answers SYSTEM_ERROR naming the field and changes
 nothing; an empty value is ignored, as is every other unknown key."""

@@ -1,5 +1,5 @@
 """The ReplicasManager inside a broker node, without a controller that answers: the broker stays
-fenced, and the lostCommitted mark (reliability.md M9) survives a clean restart until a
+fenced, and the lostCommitted mark (docs/reliability.md M9) survives a clean restart until a
 controller has given the broker a role. (With the real controller: tests/interop/
 test_controller_mode.py.)"""
 

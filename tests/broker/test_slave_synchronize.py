@@ -1,4 +1,5 @@
-"""Slave metadata sync (broker/slave_synchronize.py; reliability.md M11, remoting §10).
+"""Slave metadata sync (broker/slave_synchronize.py; docs/reliability.md M11,
+docs/remoting-protocol.md §10).
 
 Pure cores with tables and hypothesis (the 5.5.0 paging loop, the master's page bounds against
 both pyrmq's loop and Java 5.5.0's, the offsets merge); the master's processors (paging, the

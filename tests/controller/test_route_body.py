@@ -1,5 +1,5 @@
-"""Route and cluster-info bodies against the spec's bytes (remoting-protocol.md §7.3, §7.4, §11),
-and against the parser every pyrmq client uses."""
+"""Route and cluster-info bodies against the spec's bytes (docs/remoting-protocol.md §7.3, §7.4,
+§11), and against the parser every pyrmq client uses."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from controller.route_body import (
 from remoting.bodies import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from tests.remoting.support import compact_json
 
-# spec/remoting-protocol.md §7.3, the standard form "exactly as fastjson writes it".
+# docs/remoting-protocol.md §7.3, the standard form "exactly as fastjson writes it".
 SPEC_ROUTE_STANDARD = compact_json("""
 {"brokerDatas":[{"brokerAddrs":{"0":"192.168.0.10:10911","2":"192.168.0.11:10911"},
    "brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}],

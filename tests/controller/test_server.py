@@ -32,7 +32,7 @@ TIMEOUT_MS = 3_000
 MASTER = "127.0.0.1:10911"
 SLAVE = "127.0.0.2:10911"
 
-# spec/remoting-protocol.md §7.1: a RegisterBrokerBody, 605 bytes, bodyCrc32 1735289491.
+# docs/remoting-protocol.md §7.1: a RegisterBrokerBody, 605 bytes, bodyCrc32 1735289491.
 SPEC_REGISTER_BODY = compact_json("""
 {"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":3,"stateVersion":2,
 "timestamp":1700000000000},"mappingDataVersion":{"counter":0,"stateVersion":0,"timestamp":1700000000000},

@@ -1,7 +1,7 @@
 """ControllerClient over real loopback TCP against a stand-in controller that applies the id
-rules of spec/remoting-protocol.md §8.2-§8.5 (the real Java controller: tests/interop, to come).
+rules of docs/remoting-protocol.md §8.2-§8.5 (the real Java controller: tests/interop, to come).
 
-The register flow is resumed from every crash point of replicas-manager.md §4.4 by leaving the
+The register flow is resumed from every crash point of docs/replicas-manager.md §4.4 by leaving the
 identity files as a crash there would, then registering again."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Controller messages: golden ext fields and JSON from spec §8-§9, round trips, typed errors."""
+"""Controller messages: golden ext fields and JSON from docs/remoting-protocol.md §8-§9, round
+trips, typed errors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The checkpoint's sixth field, logicsPhysicalOffset (RocketMQ 5.5.0; store-format.md §7, §9.3):
-pyrmq writes it as 5.5.0 does (the start of the last record dispatched before a consume-queue
+"""The checkpoint's sixth field, logicsPhysicalOffset (RocketMQ 5.5.0; docs/store-format.md §7,
+§9.3): pyrmq writes it as 5.5.0 does (the start of the last record dispatched before a consume-queue
 flush), never leaves it naming a record that is gone, and an abnormal recovery starts no later
 than the file it points into."""
 

@@ -1,5 +1,5 @@
-"""HA bad input in both directions (reliability.md §8, HA rows): a bad frame closes only its own
-connection, and nothing is appended or acknowledged that should not be."""
+"""HA bad input in both directions (docs/reliability.md §8, HA rows): a bad frame closes only its
+own connection, and nothing is appended or acknowledged that should not be."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ acked / lost / failover seconds:
   real `mqadmin getSyncStateSet` shows the new master and all three in the set; no queue
   offset is handed out twice (no rollback, RocketMQ #6344/#7689);
 - SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
-  paused master, resumed, answers nothing SUCCESS (its lease ran out, reliability.md M17), then
+  paused master, resumed, answers nothing SUCCESS (its lease ran out, docs/reliability.md M17), then
   is demoted and rejoins; no acknowledged message is lost;
 - a master that lost committed data in a power loss does not lead again (M9).
 """

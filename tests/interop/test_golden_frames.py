@@ -10,7 +10,7 @@ serialization. pyrmq builds the same commands from its own typed headers and:
 That last clause is the one difference, and it is deliberate: Java puts a header's fields into
 a HashMap (in the order of a HashSet of the header class's reflected fields), so the keys go on
 the wire in hash order; pyrmq writes them in the header's declaration order. No decoder, Java's
-included, depends on that order (remoting-protocol.md §15.2). Where the order is part of what
+included, depends on that order (docs/remoting-protocol.md §15.2). Where the order is part of what
 pyrmq promises (the send response, the name server's tables), it is Java's, tested elsewhere.
 """
 

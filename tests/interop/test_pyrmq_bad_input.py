@@ -1,5 +1,5 @@
-"""Bad input end to end (reliability.md §5, §8): pyrmq's broker as a real process, requests over
-real TCP from pyrmq's remoting client. Each bad request gets its typed response code on a
+"""Bad input end to end (docs/reliability.md §5, §8): pyrmq's broker as a real process, requests
+over real TCP from pyrmq's remoting client. Each bad request gets its typed response code on a
 connection that stays usable, and changes nothing (P5): the commitlog's max offset, every probed
 queue's max offset and the topic table are the same afterwards.
 

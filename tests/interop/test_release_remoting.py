@@ -55,7 +55,8 @@ TEXT: Final = (
     "".join(map(chr, range(0x20))) + '"\\/' + "".join(map(chr, range(0x7F, 0xA1)))
     + "\u00e9\u4e2d\u2028\u2029\U0001f600"
 )
-# What each release writes for some of them inside a JSON string (remoting-protocol.md §2, §7.3).
+# What each release writes for some of them inside a JSON string (docs/remoting-protocol.md §2,
+# §7.3).
 ESCAPED: Final = {
     "5.3.3": {"\x1f": b"\\u001F", "\x7f": b"\\u007F", "\x85": b"\\u0085", "\u2028": b"\\u2028",
               "\u4e2d": "\u4e2d".encode()},
@@ -233,7 +234,7 @@ def test_every_request_code_pyrmq_does_not_implement_is_answered_3(
     known = {code.value for code in RequestCode}
     unknown = {name: value for name, value in facts.request_codes.items() if value not in known}
     if rocketmq_version == "5.5.0":
-        # The codes 5.5.0 added (remoting §5): in the jar, and unknown to pyrmq.
+        # The codes 5.5.0 added (docs/remoting-protocol.md §5): in the jar, and unknown to pyrmq.
         added = {5001, *range(200070, 200080)}
         assert added <= set(unknown.values())
 
@@ -290,7 +291,7 @@ def test_topic_and_group_rules_are_5_5_0s(facts: ReleaseFacts, rocketmq_version:
         assert facts.system_topics == SYSTEM_TOPICS
         assert {key: "true" if remark is None else f"false {remark}"
                 for key, remark in ours.items()} == facts.validate
-    else:  # what 5.3.3 does differently (store-format §3.3, remoting §6.1)
+    else:  # what 5.3.3 does differently (docs/store-format.md §3.3, docs/remoting-protocol.md §6.1)
         assert facts.not_allowed_send_topics < NOT_ALLOWED_SEND_TOPICS
         assert facts.validate[("topic", "%RETRY%" + "a" * 248)].startswith("false")
         assert ours[("topic", "%RETRY%" + "a" * 248)] is None

@@ -1,5 +1,5 @@
-"""Slave metadata sync against real Apache RocketMQ brokers (each release; remoting §10,
-reliability.md M11; spec README "Version differences" rows 4-5).
+"""Slave metadata sync against real Apache RocketMQ brokers (each release; docs/remoting-protocol.md
+§10, docs/reliability.md M11; spec README "Version differences" rows 4-5).
 
 - Java slaves follow a pyrmq master: classic-mode Java brokers of each release at once
   (brokerRole=SLAVE, brokerId 1 and 2, the master's brokerName) registered with the same Java

@@ -1,5 +1,5 @@
-"""Store directories both ways with the real Java broker of each release (store-format.md §1, §7,
-§9; spec README "Version differences" rows 12-14):
+"""Store directories both ways with the real Java broker of each release (docs/store-format.md §1,
+§7, §9; spec README "Version differences" rows 12-14):
 
 - a store written by a Java broker (5.5.0 and 5.3.3), stopped cleanly or SIGKILLed, opens in
   pyrmq's broker with every message pullable by the Java client at the queue and offset the Java
@@ -159,8 +159,8 @@ def assert_pyrmq_encodes_as_java(store: Path) -> None:
 
 
 def batch_records_carry_cluster(records: list[MessageRecord]) -> set[bool]:
-    """For each record of a batch send: does its PROPERTIES carry CLUSTER? (store-format §3.7:
-    5.3.3 appends the batch-level properties, CLUSTER among them; 5.5.0 does not.)"""
+    """For each record of a batch send: does its PROPERTIES carry CLUSTER? (docs/store-format.md
+    §3.7: 5.3.3 appends the batch-level properties, CLUSTER among them; 5.5.0 does not.)"""
     batch = [r for r in records if r.properties_map().get("KEYS", "").startswith(BATCH_KEYS)]
     assert len(batch) == PER_MODE
     return {"CLUSTER" in r.properties_map() for r in batch}
@@ -205,7 +205,7 @@ def test_a_java_store_opens_in_pyrmq_with_every_message_pullable(
         wait_until(lambda: stored_logics_physical_offset(store) == last,
                    timeout_s=CHECKPOINT_TIMEOUT_S,
                    what=f"the Java checkpoint's logicsPhysicalOffset reaches {last}")
-        assert rocksdb.is_dir()  # every 5.5.0 store has one (store-format §1)
+        assert rocksdb.is_dir()  # every 5.5.0 store has one (docs/store-format.md §1)
     if java_stop == "clean":
         # SIGTERM: the JVM runs the broker's shutdown hook and exits 143 (128 + SIGTERM); the
         # hook removes the abort file only after a complete, clean store shutdown.

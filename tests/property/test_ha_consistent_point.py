@@ -1,5 +1,5 @@
 """The slave's consistent point (store/epoch_cache.find_consistent_point, used by the HA
-handshake): RocketMQ's four golden vectors (reliability.md §2, EpochFileCacheTest) and a
+handshake): RocketMQ's four golden vectors (docs/reliability.md §2, EpochFileCacheTest) and a
 hypothesis search against a naive reference that labels every byte with its epoch.
 """
 

@@ -1,4 +1,4 @@
-"""reliability.md §11: a model of replication and election over the production pure rules.
+"""docs/reliability.md §11: a model of replication and election over the production pure rules.
 
 Three brokers, one controller. Each broker's log is a list of `(epoch, key)`, one entry per
 offset; its epoch entries are a real `EpochCache`. The rules the model calls are production code:
@@ -12,7 +12,7 @@ Configuration under test: allAckInSyncStateSet=true, minInSyncReplicas=1.
 Invariants, after every step:
 - I1: every acknowledged key is in the log of every member of the controller's SyncStateSet,
   except keys that member lost in a power loss (`excused`), and keys lost for good because such a
-  member was elected ("last replica standing", reliability.md M9: `allowed_lost`).
+  member was elected ("last replica standing", docs/reliability.md M9: `allowed_lost`).
 - I2: one master per epoch; the controller's epochs strictly increase.
 - I3: right after a handshake, the slave's log is a prefix of its master's (checked in the rule).
 - I4: a master's confirm offset is at most its max offset and at most the ack of every connected
@@ -302,7 +302,7 @@ class ReplicationModel(RuleBasedStateMachine):
             lost = {key for _, key in broker.log[broker.flushed:]}
             broker.excused |= lost
             # Keys no other SyncStateSet member holds are gone with this power loss (the allowed
-            # loss of reliability.md §11: every member lost power under async flush).
+            # loss of docs/reliability.md §11: every member lost power under async flush).
             others = set().union(*(self.b[m].keys() for m in self.controller_sss
                                    if m != who))
             self.allowed_lost |= lost - others

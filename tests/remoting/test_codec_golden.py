@@ -1,4 +1,4 @@
-"""Golden frames from spec/remoting-protocol.md §1, §3 and §15, byte for byte.
+"""Golden frames from docs/remoting-protocol.md §1, §3 and §15, byte for byte.
 
 Each vector is decoded and re-encoded: decoding must yield the documented fields, and encoding
 the same command must give the documented bytes (the spec's vectors; for frames the real jars
@@ -102,7 +102,7 @@ SEND_RESPONSE_HEADER = (
     rb'JSON","version":479}'
 )
 
-# §15.3: PULL_MESSAGE request and its FOUND response (body: store-format.md §3.9 vector 2).
+# §15.3: PULL_MESSAGE request and its FOUND response (body: docs/store-format.md §3.9 vector 2).
 PULL_REQUEST_HEADER = (
     rb'{"code":11,"extFields":{"queueId":"1","maxMsgBytes":"262144","maxMsgNums":"32","sysFlag"'
     rb':"3","suspendTimeoutMillis":"15000","commitOffset":"17","bname":"broker-a","topic":"Topi'
@@ -136,8 +136,8 @@ PULL_RESPONSE_FRAME_START = hexdump(
 0100: 00 00 00 c7 da a3 20 a7 69 c8 65 ed 00 00 00 01
 """
 )
-# The stored record in the pull response is store-format.md's golden vector 2, kept as a fixture
-# (tests/unit/test_message_format.py checks the fixture against the spec's hex).
+# The stored record in the pull response is docs/store-format.md's golden vector 2, kept as a
+# fixture (tests/unit/test_message_format.py checks the fixture against the spec's hex).
 STORED_RECORD = (Path(__file__).resolve().parents[1] / "fixtures" / "vector2.bin").read_bytes()
 
 

@@ -46,7 +46,7 @@ from remoting.headers import (
     _wire_fields,
 )
 
-# Wire keys per header, as spec/remoting-protocol.md §6-§7 lists them (required ones first).
+# Wire keys per header, as docs/remoting-protocol.md §6-§7 lists them (required ones first).
 WIRE_KEYS: dict[type[CommandHeader], Sequence[str]] = {
     SendMessageRequestHeader: [
         "producerGroup",

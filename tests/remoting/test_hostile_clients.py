@@ -1,4 +1,4 @@
-"""Hostile clients against a real server on loopback (reliability.md §8, R1-R6), test-sized.
+"""Hostile clients against a real server on loopback (docs/reliability.md §8, R1-R6), test-sized.
 
 Every test has a deadline, polls conditions instead of sleeping, and checks that a healthy
 client keeps getting answers where the table asks for it.

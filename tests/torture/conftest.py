@@ -10,7 +10,7 @@ from tests.torture.harness import TALLIES
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not TALLIES:
         return
-    terminalreporter.section("crash torture (reliability.md section 7)")
+    terminalreporter.section("crash torture (docs/reliability.md §7)")
     total = 0
     for family, tally in sorted(TALLIES.items()):
         total += tally.cases

@@ -1,4 +1,4 @@
-"""Seeds, case loops and the per-run tally of the crash torture (reliability.md §7).
+"""Seeds, case loops and the per-run tally of the crash torture (docs/reliability.md §7).
 
 Every case derives from one integer seed. A run's seeds are `base + family offset + i`, with
 `base` fixed (CI replays the same cases) unless `PYRMQ_TORTURE_BASE_SEED` is set (to explore).

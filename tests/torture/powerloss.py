@@ -1,7 +1,8 @@
 """A simulated power loss: the disk image a store could find after the power went off.
 
-Built from the store's durability journal (store/testhooks.py, reliability.md §6.11) and the files
-as they are at the moment of the power-off (their "new" content), per reliability.md §7.3:
+Built from the store's durability journal (store/testhooks.py, docs/reliability.md §6.11) and the
+files
+as they are at the moment of the power-off (their "new" content), per docs/reliability.md §7.3:
 
 - Append-only mapped files (commitlog, consume queues): the durable prefix is the last `S` end,
   or exactly the offset of a later `T` (a truncation ends with an fsync of the whole file: the

@@ -1,4 +1,5 @@
-"""Family B (reliability.md §7.2): offline byte damage; recovery keeps exactly what lies before it.
+"""Family B (docs/reliability.md §7.2): offline byte damage; recovery keeps exactly what lies before
+it.
 
 A store of about 2000 records (64 KiB files, 3 queues, epochs 1..3 so `.bak` exists) is built once
 per module and copied per case: cleanly closed (normal recovery), a crash image of the live store
@@ -17,7 +18,7 @@ re-created. Each seed applies one damage:
        (bad CRC, bad count, missing: `.bak` is used; both bad: EpochFileUnreadableError).
 
 p is uniform over the recovery window (computed here as the store chooses its start file:
-store-format.md §9.2 HEAD rule when the abort file is absent, §9.3 checkpoint min timestamp
+docs/store-format.md §9.2 HEAD rule when the abort file is absent, §9.3 checkpoint min timestamp
 otherwise), one case in ten aimed at a record or file boundary +-3 bytes. The oracle
 d = start of the first record whose extent (a BLANK's 8-byte header included) holds a changed
 byte. Expected: exactly the oracle records ending at or below d, maxPhyOffset = d, consume queues
@@ -194,7 +195,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointView:
-    """The checkpoint as the rules of store-format.md §7 and checkpoint.py read it."""
+    """The checkpoint as the rules of docs/store-format.md §7 and checkpoint.py read it."""
 
     bad: bool
     min_timestamp: int
@@ -538,7 +539,7 @@ def check_damage_case(root: Path, base: Base, expect: Expect, *, abnormal: bool,
 def test_offline_damage_keeps_exactly_the_records_before_it(
     base: Base, tmp_path: Path
 ) -> None:
-    """reliability.md §7.2 a-g: every record before the damage, none after, typed errors."""
+    """docs/reliability.md §7.2 a-g: every record before the damage, none after, typed errors."""
     fds_before = len(os.listdir("/proc/self/fd"))
     run_cases("B", "test_offline_damage", case_seeds("B", CASES),
               lambda seed: damage_case(seed, base, tmp_path))
@@ -596,6 +597,7 @@ def below_window_case(seed: int, base: Base, tmp: Path) -> str:
 
 
 def test_damage_below_the_scan_window_is_never_served(base: Base, tmp_path: Path) -> None:
-    """reliability.md §7.2, read-side verification: a damaged record raises RecordCorruptError."""
+    """docs/reliability.md §7.2, read-side verification: a damaged record raises
+    RecordCorruptError."""
     run_cases("B-below", "test_damage_below", case_seeds("B-below", BELOW_WINDOW_CASES),
               lambda seed: below_window_case(seed, base, tmp_path))

@@ -1,4 +1,5 @@
-"""Family A (reliability.md §7.1): a writer child SIGKILLed while appending; recovery keeps all.
+"""Family A (docs/reliability.md §7.1): a writer child SIGKILLed while appending; recovery keeps
+all.
 
 Each seed gives a plan (writer.py), a kill (a fault point at a seeded hit count, or the parent's
 SIGKILL at a seeded U[0, T] ms after the writer is ready) and a second-run variant. After the
@@ -141,7 +142,7 @@ def run_writer(root: Path, seed: int, *, phase: int, kill: Kill | None = None,
         if kill is not None and kill.fault is None:
             assert proc.stdout is not None
             first = proc.stdout.readline()
-            # The seeded delay *is* the case (reliability.md §7.1: SIGKILL at U[0, T] ms).
+            # The seeded delay *is* the case (docs/reliability.md §7.1: SIGKILL at U[0, T] ms).
             time.sleep(kill.delay_ms / 1000)
             proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
@@ -266,7 +267,7 @@ def second_run(seed: int, plan: Plan, root: Path, records: list[Rec], max_phy: i
 
 
 def test_sigkill_during_append_keeps_every_appended_record(tmp_path: Path) -> None:
-    """reliability.md §7.1: SIGKILL at fault points and at random times, then recover."""
+    """docs/reliability.md §7.1: SIGKILL at fault points and at random times, then recover."""
     tally = run_cases("A", "test_sigkill_during_append", case_seeds("A", CASES),
                       lambda seed: kill_case(seed, tmp_path), workers=WORKERS)
     # Issue 13: most cases kill a writer using the C writes production uses.

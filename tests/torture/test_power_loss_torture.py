@@ -1,4 +1,4 @@
-"""Family C (reliability.md §7.3): simulated power loss from the durability journal.
+"""Family C (docs/reliability.md §7.3): simulated power loss from the durability journal.
 
 Each seed runs a plan in-process with the journal on: appends and batches, commitlog flushes (an
 append followed by a flush covering it is a SYNC_FLUSH acknowledgement), consume-queue flushes,
@@ -227,6 +227,6 @@ def describe_difference(first: Recovered, second: Recovered) -> str:
 
 
 async def test_power_loss_keeps_every_synced_record(tmp_path: Path) -> None:
-    """reliability.md §7.3: durable prefix and SYNC_FLUSH acks survive; metadata old or new."""
+    """docs/reliability.md §7.3: durable prefix and SYNC_FLUSH acks survive; metadata old or new."""
     await run_cases_async("C", "test_power_loss", case_seeds("C", CASES),
                           lambda seed: power_case(seed, tmp_path))

@@ -1,9 +1,10 @@
-"""Seeded store workloads for the crash torture (reliability.md §7), and their oracle.
+"""Seeded store workloads for the crash torture (docs/reliability.md §7), and their oracle.
 
 A `Plan` is a list of store operations derived from one seed: appends (single or batch), commitlog
 and consume-queue flushes, checkpoint writes, truncations, epoch entries and (controller mode)
 confirmOffset moves. `Layout` replays the commitlog's placement rule on the record sizes alone
-(store-format.md §2: a record goes into the current file only if `size + 8` fits, otherwise a BLANK
+(docs/store-format.md §2: a record goes into the current file only if `size + 8` fits, otherwise a
+BLANK
 fills the rest of the file and the record starts the next one), so the oracle's positions never
 come from the store under test.
 

@@ -1,4 +1,4 @@
-"""The SIGKILL writer child of the crash torture, family A (reliability.md §7.1).
+"""The SIGKILL writer child of the crash torture, family A (docs/reliability.md §7.1).
 
     python -m tests.torture.writer --root DIR --seed S --phase 1
     python -m tests.torture.writer --root DIR --seed S --phase 2 [--truncate-to T]

@@ -1,6 +1,6 @@
 """atomic_replace: behaviour, typed errors, fault points, journal, and every power-loss state.
 
-The last part is reliability.md §7.3's exhaustive atomic-replace test. What it proves, and what
+The last part is docs/reliability.md §7.3's exhaustive atomic-replace test. What it proves, and what
 not: it records the file-system calls our writers really make (open/create, write, fsync,
 rename, unlink, directory fsync) and replays every prefix of them as a crash, with every
 operation not yet covered by a later fsync (data: of that inode; names: of the directory)

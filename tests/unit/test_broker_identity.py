@@ -20,7 +20,7 @@ from store.broker_identity import (
     write_temp_broker_identity,
 )
 
-# store-format.md §6 example files.
+# docs/store-format.md §6 example files.
 GOLDEN = BrokerIdentity("DefaultCluster", "broker-a", 1)
 GOLDEN_BYTES = b"DefaultCluster#broker-a#1"
 GOLDEN_TEMP = TempBrokerIdentity(

@@ -68,7 +68,7 @@ def test_layout_golden() -> None:
 
 
 def test_logics_physical_offset_is_at_offset_40_as_in_5_5_0() -> None:
-    # store-format §7's 5.5.0 example: records at 0, 121 and 242 dispatched, then a flush.
+    # docs/store-format.md §7's 5.5.0 example: records at 0, 121 and 242 dispatched, then a flush.
     data = encode_checkpoint(Checkpoint(logics_physical_offset=242))
     assert data[40:48] == bytes.fromhex("00000000000000f2")
 

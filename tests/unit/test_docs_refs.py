@@ -33,7 +33,7 @@ repoint = _load_script()
 def test_every_docs_reference_in_the_repository_resolves() -> None:
     # Only references already pointing at docs/ (outside=False): the older ones are repointed by
     # `scripts/repoint_docs_refs.py` once every branch is merged; then `--check` covers both.
-    problems = repoint.check_repo(ROOT, outside=False)
+    problems = repoint.check_repo(ROOT)
     assert problems == []
 
 

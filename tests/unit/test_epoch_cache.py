@@ -224,7 +224,7 @@ def test_with_end_offset(starts: str, end_offset: int, expected: str) -> None:
     assert with_end_offset(cache(starts).entries, end_offset) == tuple(epochs(expected))
 
 
-# ha-protocol.md §6, worked examples (plus the quirk-7 counterfactual and an empty master).
+# docs/ha-protocol.md §6, worked examples (plus the quirk-7 counterfactual and an empty master).
 @pytest.mark.parametrize(
     ("local", "master", "expected"),
     [

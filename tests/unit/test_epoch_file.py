@@ -167,7 +167,7 @@ VALID_NEW = serialize_epoch_entries(entries((1, 0), (2, 100)))
 BAD = b"2\n1\n1-0\n2-100\n"
 
 
-# Reading table (store-format.md §5.2 and pyrmq's stricter rule): main x .bak -> outcome.
+# Reading table (docs/store-format.md §5.2 and pyrmq's stricter rule): main x .bak -> outcome.
 @pytest.mark.parametrize(
     ("main", "bak", "expected", "source"),
     [

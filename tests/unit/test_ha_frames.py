@@ -1,4 +1,4 @@
-"""HA frames: golden bytes from ha-protocol.md §3.7 and the decoders' refusals."""
+"""HA frames: golden bytes from docs/ha-protocol.md §3.7 and the decoders' refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Commitlog record codec: the golden vectors of store-format.md §3.9, limits, and damage."""
+"""Commitlog record codec: the golden vectors of docs/store-format.md §3.9, limits, and damage."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def dump(text: str) -> bytes:
     return bytes.fromhex("".join(line.split(":", 1)[1] for line in text.strip().splitlines()))
 
 
-# --- store-format.md §3.9 ----------------------------------------------------------------------
+# --- docs/store-format.md §3.9
+# ----------------------------------------------------------------------
 
 VECTOR_1 = dump("""
 0000: 00 00 00 6a da a3 20 a7 58 93 2a ac 00 00 00 00
@@ -576,7 +577,8 @@ def test_prepare_message_without_prop_crc_stores_properties_as_sent() -> None:
 
 # --- batches -------------------------------------------------------------------------------------
 
-# remoting-protocol.md §6.3: (flag 0, body A, UNIQ_KEY=AB) and (flag 5, body BC, no properties).
+# docs/remoting-protocol.md §6.3: (flag 0, body A, UNIQ_KEY=AB) and (flag 5, body BC, no
+# properties).
 BATCH_BODY = dump("""
 0000: 00 00 00 23 00 00 00 00 00 00 00 00 00 00 00 00
 0010: 00 00 00 01 41 00 0c 55 4e 49 51 5f 4b 45 59 01

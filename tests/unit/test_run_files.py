@@ -1,4 +1,4 @@
-"""The abort marker and the process lock (store-format.md §8)."""
+"""The abort marker and the process lock (docs/store-format.md §8)."""
 
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
 
 /**
  * Prints what this RocketMQ release's own jars write and decide, so that the tests can decode the
- * real bytes of each release and compare pyrmq's rules with the release's (remoting-protocol.md
- * §2, §5, §6.1, §6.9, §11, §12; store-format.md §3.3):
+ * real bytes of each release and compare pyrmq's rules with the release's (docs/remoting-protocol.md
+ * §2, §5, §6.1, §6.9, §11, §12; docs/store-format.md §3.3):
  *
  * <pre>
  *   ReleaseFacts &lt;text as UTF-8 hex&gt; [topic:NAME | group:NAME ...]
