@@ -9,6 +9,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from tests.support.leaks import (  # noqa: F401 (pytest finds them here)
+    _no_process_left_behind,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
 FIGURES: list[str] = []
 
 
