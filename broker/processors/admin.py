@@ -400,7 +400,7 @@ class AdminProcessor:
     ) -> RemotingCommand:
         """`mqadmin getBrokerEpoch`: the store's epoch entries (the last one open-ended, as
         Java's), the role id (0 on the master) and the max offset. Controller mode only."""
-        if not self._config.enable_controller_mode:
+        if not self._config.store.enable_controller_mode:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR,
                 remark="GET_BROKER_EPOCH_CACHE needs enableControllerMode=true",
@@ -422,7 +422,7 @@ class AdminProcessor:
         `brokerStatus` read, with the same meaning and format."""
         now = self._wall_ms()
         store = self._store
-        root = self._config.store_path_root_dir
+        root = self._config.store.store_path_root_dir
         try:
             usage = shutil.disk_usage(root)
             disk_ratio = usage.used / usage.total if usage.total else 0.0
