@@ -93,7 +93,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.server import RemotingServer, ServerLimits
 from store.errors import DataInvariantError
-from store.message_format import HostPort
+from store.host_port import HostPort
 from store.message_store import MessageStore
 from store.schedule import parse_message_delay_level
 

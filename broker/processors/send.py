@@ -69,26 +69,20 @@ from store.errors import (
     StoreError,
     WriteRefusedError,
 )
-from store.message_format import (
+from store.host_port import HostPort, offset_msg_id, offset_msg_ids
+from store.message_batch import batch_body_is_plain, decode_batch_body, prepare_batch_body
+from store.message_decoder import decode_record
+from store.message_encoder import prepare_message
+from store.message_properties import (
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC_RESERVED_BYTES,
     PROPERTY_UNIQ_KEY,
-    RETRY_TOPIC_CHARS_MAX,
-    TOPIC_CHARS_MAX,
-    HostPort,
-    MessageRecord,
-    SysFlag,
-    batch_body_is_plain,
-    decode_batch_body,
-    decode_record,
     encode_properties,
-    offset_msg_id,
-    offset_msg_ids,
     parse_properties,
-    prepare_batch_body,
-    prepare_message,
 )
 from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
+from store.message_sys_flag import SysFlag
+from store.record_layout import RETRY_TOPIC_CHARS_MAX, TOPIC_CHARS_MAX, MessageRecord
 from store.schedule import (
     parse_message_delay_level,
     time_up_destination,
