@@ -49,7 +49,6 @@ from broker.runtime_stats import RuntimeStats
 from broker.slave_synchronize import decode_data_version, page_bounds
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
-from controller.messages import EpochEntry as EpochEntryBody
 from controller.messages import EpochEntryCache
 from ha.service import HARuntimeInfo
 from remoting.bodies import DataVersion, KVTable, TopicConfig, TopicFilterType
@@ -409,10 +408,7 @@ class AdminProcessor:
             cluster_name=self._config.broker_cluster_name,
             broker_name=self._config.broker_name,
             broker_id=self._role_id(),
-            epoch_list=tuple(
-                EpochEntryBody(entry.epoch, entry.start_offset, entry.end_offset)
-                for entry in self._store.epoch_cache
-            ),
+            epoch_list=self._store.epoch_cache.entries,
             max_offset=self._store.max_phy_offset,
         )
         return request.make_response(ResponseCode.SUCCESS, body=cache.encode())
