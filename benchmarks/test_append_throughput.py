@@ -31,7 +31,8 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from benchmarks.conftest import record
 from store.config import StoreConfig
-from store.message_format import encode_properties, prepare_message
+from store.message_encoder import prepare_message
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, batch, message
 

@@ -3,7 +3,8 @@
 Each supported key (camelCase, exactly as RocketMQ spells it in `BrokerConfig`,
 `MessageStoreConfig` and `NettyServerConfig`) maps to one snake_case field, with units last
 (`flushIntervalCommitLog` -> `flush_interval_commit_log_ms`). Defaults are Java's except where
-the comment on the field says otherwise. `to_store_config()` gives the store's part.
+the comment on the field says otherwise. The MessageStoreConfig keys the store reads set the
+embedded `StoreConfig` (`config.store`, the one home of those fields and their defaults).
 
 Loading (`load_broker_config`) is stricter than Java, which silently ignores both unknown keys
 and values it cannot parse:
@@ -37,7 +38,7 @@ from ha.config import HAConfig
 from remoting.fastjson import java_int
 from remoting.properties import PropertiesSyntaxError, PropertyEntry, parse_properties
 from store.config import FlushDiskType, StoreConfig
-from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
+from store.schedule import parse_message_delay_level
 
 
 class BrokerRole(enum.Enum):
@@ -120,8 +121,8 @@ class BrokerConfig:
     register_name_server_period_ms: int = 30_000
     register_broker_timeout_ms: int = 24_000
     enable_slave_acting_master: bool = False
-    # -- controller mode (docs/replicas-manager.md §2)
-    enable_controller_mode: bool = False
+    # -- controller mode (docs/replicas-manager.md §2); enableControllerMode is
+    # `store.enable_controller_mode` (dispatch stops at confirm_offset)
     controller_addr: str = ""
     fetch_controller_addr_by_dns_lookup: bool = False
     sync_controller_metadata_period_ms: int = 10_000
@@ -169,27 +170,9 @@ class BrokerConfig:
     # -- pyrmq's own: the event-loop lag monitor (broker/loop_monitor.py); interval 0: off
     event_loop_lag_sample_interval_ms: int = 5
     event_loop_stall_threshold_ms: int = 20
-    # -- store (MessageStoreConfig; see to_store_config)
-    store_path_root_dir: Path = field(default_factory=lambda: Path.home() / "store")
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    max_message_size: int = 4 * 1024 * 1024
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    flush_interval_commit_log_ms: int = 500
-    flush_commit_log_least_pages: int = 4
-    flush_interval_consume_queue_ms: int = 1_000
-    sync_flush_timeout_ms: int = 5_000
-    file_reserved_time_h: int = 72
-    delete_when: str = "04"
-    disk_max_used_space_ratio: int = 75
-    disk_space_warning_level_ratio: int = 90
-    clean_resource_interval_ms: int = 10_000
-    # pyrmq always writes and checks the whole-record CRC (Java: false / false).
-    enabled_append_prop_crc: bool = True
-    check_crc_on_recover: bool = True
-    force_verify_prop_crc: bool = True
-    read_uncommitted: bool = False
-    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    # -- store: the MessageStoreConfig keys the store reads (its one home, store/config.py)
+    store: StoreConfig = field(default_factory=lambda: StoreConfig(Path.home() / "store"))
+    # MessageStoreConfig keys only the broker reads (the schedule service)
     flush_delay_offset_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
@@ -227,31 +210,6 @@ class BrokerConfig:
             slave_timeout_ms=self.slave_timeout_ms,
             sync_from_last_file=self.sync_from_last_file,
             async_learner=self.async_learner,
-        )
-
-    def to_store_config(self) -> StoreConfig:
-        """The store's settings: the MessageStoreConfig keys of this file."""
-        return StoreConfig(
-            store_path_root_dir=self.store_path_root_dir,
-            mapped_file_size_commit_log=self.mapped_file_size_commit_log,
-            mapped_file_size_consume_queue=self.mapped_file_size_consume_queue,
-            max_message_size=self.max_message_size,
-            flush_disk_type=self.flush_disk_type,
-            flush_interval_commit_log_ms=self.flush_interval_commit_log_ms,
-            flush_commit_log_least_pages=self.flush_commit_log_least_pages,
-            flush_interval_consume_queue_ms=self.flush_interval_consume_queue_ms,
-            sync_flush_timeout_ms=self.sync_flush_timeout_ms,
-            file_reserved_time_h=self.file_reserved_time_h,
-            delete_when=self.delete_when,
-            disk_max_used_space_ratio=self.disk_max_used_space_ratio,
-            clean_resource_interval_ms=self.clean_resource_interval_ms,
-            disk_space_warning_level_ratio=self.disk_space_warning_level_ratio,
-            enabled_append_prop_crc=self.enabled_append_prop_crc,
-            check_crc_on_recover=self.check_crc_on_recover,
-            force_verify_prop_crc=self.force_verify_prop_crc,
-            enable_controller_mode=self.enable_controller_mode,
-            read_uncommitted=self.read_uncommitted,
-            message_delay_level=self.message_delay_level,
         )
 
 
@@ -348,9 +306,12 @@ def _ratio(text: str) -> object:
 
 @dataclass(frozen=True, slots=True)
 class _Key:
+    """One key: its field (on `BrokerConfig`, or on `StoreConfig` when `store`), its parser."""
+
     field_name: str
     parse: Callable[[str], object]
     important: bool = False
+    store: bool = False
 
 
 def _delay_levels(text: str) -> object:
@@ -410,7 +371,8 @@ KEYS: Final[Mapping[str, _Key]] = {
     "registerNameServerPeriod": _Key("register_name_server_period_ms", _INT),
     "registerBrokerTimeoutMills": _Key("register_broker_timeout_ms", _INT),
     "enableSlaveActingMaster": _Key("enable_slave_acting_master", _parse_bool),
-    "enableControllerMode": _Key("enable_controller_mode", _parse_bool, important=True),
+    "enableControllerMode": _Key("enable_controller_mode", _parse_bool, important=True,
+                                  store=True),
     "controllerAddr": _Key("controller_addr", _parse_str, important=True),
     "fetchControllerAddrByDnsLookup": _Key("fetch_controller_addr_by_dns_lookup", _parse_bool),
     "syncControllerMetadataPeriod": _Key("sync_controller_metadata_period_ms", _LONG),
@@ -449,26 +411,28 @@ KEYS: Final[Mapping[str, _Key]] = {
     "metricsPromExporterPort": _Key("metrics_prom_exporter_port", _port),
     "eventLoopLagSampleIntervalMs": _Key("event_loop_lag_sample_interval_ms", _INT),
     "eventLoopStallThresholdMs": _Key("event_loop_stall_threshold_ms", _positive_int),
-    "storePathRootDir": _Key("store_path_root_dir", _parse_path, important=True),
-    "mappedFileSizeCommitLog": _Key("mapped_file_size_commit_log", _INT),
-    "mappedFileSizeConsumeQueue": _Key("mapped_file_size_consume_queue", _INT),
-    "maxMessageSize": _Key("max_message_size", _INT),
-    "flushDiskType": _Key("flush_disk_type", _enum_parser(FlushDiskType), important=True),
-    "flushIntervalCommitLog": _Key("flush_interval_commit_log_ms", _INT),
-    "messageDelayLevel": _Key("message_delay_level", _delay_levels),
+    "storePathRootDir": _Key("store_path_root_dir", _parse_path, important=True, store=True),
+    "mappedFileSizeCommitLog": _Key("mapped_file_size_commit_log", _INT, store=True),
+    "mappedFileSizeConsumeQueue": _Key("mapped_file_size_consume_queue", _INT, store=True),
+    "maxMessageSize": _Key("max_message_size", _INT, store=True),
+    "flushDiskType": _Key(
+        "flush_disk_type", _enum_parser(FlushDiskType), important=True, store=True
+    ),
+    "flushIntervalCommitLog": _Key("flush_interval_commit_log_ms", _INT, store=True),
+    "messageDelayLevel": _Key("message_delay_level", _delay_levels, store=True),
     "flushDelayOffsetInterval": _Key("flush_delay_offset_interval_ms", _LONG),
-    "flushCommitLogLeastPages": _Key("flush_commit_log_least_pages", _INT),
-    "flushIntervalConsumeQueue": _Key("flush_interval_consume_queue_ms", _INT),
-    "syncFlushTimeout": _Key("sync_flush_timeout_ms", _LONG),
-    "fileReservedTime": _Key("file_reserved_time_h", _INT),
-    "deleteWhen": _Key("delete_when", _parse_str),
-    "diskMaxUsedSpaceRatio": _Key("disk_max_used_space_ratio", _ratio),
-    "diskSpaceWarningLevelRatio": _Key("disk_space_warning_level_ratio", _ratio),
-    "cleanResourceInterval": _Key("clean_resource_interval_ms", _INT),
-    "enabledAppendPropCRC": _Key("enabled_append_prop_crc", _parse_bool),
-    "checkCRCOnRecover": _Key("check_crc_on_recover", _parse_bool),
-    "forceVerifyPropCRC": _Key("force_verify_prop_crc", _parse_bool),
-    "readUnCommitted": _Key("read_uncommitted", _parse_bool),
+    "flushCommitLogLeastPages": _Key("flush_commit_log_least_pages", _INT, store=True),
+    "flushIntervalConsumeQueue": _Key("flush_interval_consume_queue_ms", _INT, store=True),
+    "syncFlushTimeout": _Key("sync_flush_timeout_ms", _LONG, store=True),
+    "fileReservedTime": _Key("file_reserved_time_h", _INT, store=True),
+    "deleteWhen": _Key("delete_when", _parse_str, store=True),
+    "diskMaxUsedSpaceRatio": _Key("disk_max_used_space_ratio", _ratio, store=True),
+    "diskSpaceWarningLevelRatio": _Key("disk_space_warning_level_ratio", _ratio, store=True),
+    "cleanResourceInterval": _Key("clean_resource_interval_ms", _INT, store=True),
+    "enabledAppendPropCRC": _Key("enabled_append_prop_crc", _parse_bool, store=True),
+    "checkCRCOnRecover": _Key("check_crc_on_recover", _parse_bool, store=True),
+    "forceVerifyPropCRC": _Key("force_verify_prop_crc", _parse_bool, store=True),
+    "readUnCommitted": _Key("read_uncommitted", _parse_bool, store=True),
 }
 """Every key pyrmq reads, with its field and parser; `important` ones are printed by `-m`."""
 
@@ -504,8 +468,11 @@ IGNORED_KEYS: Final = frozenset(
 )
 """Java keys accepted without effect and without a warning."""
 
-_FIELD_TYPES: Final = {f.name for f in dataclasses.fields(BrokerConfig)}
-assert all(key.field_name in _FIELD_TYPES for key in KEYS.values())
+assert all(
+    key.field_name
+    in {f.name for f in dataclasses.fields(StoreConfig if key.store else BrokerConfig)}
+    for key in KEYS.values()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,6 +542,7 @@ def config_from_properties(
             )
         last[entry.key] = entry
     values: dict[str, object] = {}
+    store_values: dict[str, object] = {"store_path_root_dir": Path.home() / "store"}
     for key, entry in last.items():
         spec = KEYS.get(key)
         if spec is None:
@@ -582,13 +550,15 @@ def config_from_properties(
                     and key not in _UNSUPPORTED_TRUE:
                 warnings.append(f"{path}:{entry.line}: unknown key {key} ignored")
             continue
-        values[spec.field_name] = _parse_value(spec, key, entry.value, path=path, line=entry.line)
+        (store_values if spec.store else values)[spec.field_name] = _parse_value(
+            spec, key, entry.value, path=path, line=entry.line)
     for key, text in (overrides or {}).items():
         spec = KEYS[key]
-        values[spec.field_name] = _parse_value(spec, key, text, path="command line", line=None)
+        (store_values if spec.store else values)[spec.field_name] = _parse_value(
+            spec, key, text, path="command line", line=None)
     try:
-        config = BrokerConfig(**values)  # type: ignore[arg-type]
-        config.to_store_config()  # the store's own checks (file sizes, ...)
+        store = StoreConfig(**store_values)  # type: ignore[arg-type]  # the store's own checks
+        config = BrokerConfig(store=store, **values)  # type: ignore[arg-type]
     except ValueError as err:
         bad_key = next((k for k, spec in KEYS.items() if spec.field_name in str(err)), None)
         bad_entry = last.get(bad_key) if bad_key is not None else None
@@ -596,7 +566,7 @@ def config_from_properties(
             f"{bad_key}: {err}" if bad_key is not None else str(err), path=path,
             line=bad_entry.line if bad_entry is not None else None, key=bad_key,
         ) from err
-    _store_path_checks(last, config.store_path_root_dir, path)
+    _store_path_checks(last, config.store.store_path_root_dir, path)
     return LoadedConfig(config, tuple(warnings))
 
 
@@ -633,7 +603,7 @@ def config_items(config: BrokerConfig, *, important_only: bool = False) -> list[
     for key, spec in KEYS.items():
         if important_only and not spec.important:
             continue
-        value = getattr(config, spec.field_name)
+        value = getattr(config.store if spec.store else config, spec.field_name)
         if isinstance(value, enum.Enum):
             text = value.name
         elif isinstance(value, bool):

@@ -37,7 +37,7 @@ from remoting.headers import (
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
 )
-from store.message_format import crc32
+from store.message_crc import crc32
 
 log = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.server import RemotingServer, ServerLimits
 from store.errors import DataInvariantError
-from store.message_format import HostPort
+from store.host_port import HostPort
 from store.message_store import MessageStore
 from store.schedule import parse_message_delay_level
 
@@ -108,13 +108,13 @@ def system_wall_ms() -> int:
 
 def check_supported(config: BrokerConfig) -> None:
     """Refuse configurations pyrmq cannot serve; raises `BrokerConfigError`."""
-    if not config.enable_controller_mode and config.broker_id != MASTER_ID:
+    if not config.store.enable_controller_mode and config.broker_id != MASTER_ID:
         raise BrokerConfigError(
             f"brokerId={config.broker_id} without enableControllerMode: pyrmq serves standalone "
             "masters (brokerId=0) or controller mode; RocketMQ's old master/slave HA is not "
             "supported", key="brokerId",
         )
-    if (config.enable_controller_mode and not config.pyrmq_ha_role
+    if (config.store.enable_controller_mode and not config.pyrmq_ha_role
             and not config.controller_addr.strip(" ;")
             and not config.fetch_controller_addr_by_dns_lookup):
         raise BrokerConfigError(
@@ -194,14 +194,14 @@ class BrokerNode:
         """Start, serve until `request_stop()`, stop gracefully (module docstring)."""
         config = self.config
         boot_ms = system_wall_ms()
-        store = MessageStore(config.to_store_config())
+        store = MessageStore(config.store)
         report = await asyncio.to_thread(store.open)
         self.store = store
-        log.info("store opened root=%s max_phy_offset=%d abnormal=%s", config.store_path_root_dir,
-                 report.max_phy_offset, report.abnormal)
-        if report.lost_committed and config.enable_controller_mode:
+        log.info("store opened root=%s max_phy_offset=%d abnormal=%s",
+                 config.store.store_path_root_dir, report.max_phy_offset, report.abnormal)
+        if report.lost_committed and config.store.enable_controller_mode:
             # Durable until the controller has seen this broker come back (M9).
-            await asyncio.to_thread(mark_lost_committed, config.store_path_root_dir)
+            await asyncio.to_thread(mark_lost_committed, config.store.store_path_root_dir)
         loop = asyncio.get_running_loop()
         if self._handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -229,7 +229,7 @@ class BrokerNode:
 
     async def _serve(self, store: MessageStore, boot_ms: int) -> None:
         config = self.config
-        if config.enable_controller_mode:
+        if config.store.enable_controller_mode:
             store.fenced = True
             if config.pyrmq_ha_role:
                 self.ha = AutoSwitchHAService(
@@ -245,7 +245,7 @@ class BrokerNode:
                 )
             with _binding("haListenPort", config.bind_address, config.ha_listen_port):
                 await self.ha.start()
-        config_dir = config.store_path_root_dir / CONFIG_DIR_NAME
+        config_dir = config.store.store_path_root_dir / CONFIG_DIR_NAME
         topics = TopicConfigManager(config, ConfigFile(config_dir / TOPICS_FILE_NAME),
                                     wall_ms=system_wall_ms)
         groups = SubscriptionGroupManager(
@@ -286,7 +286,7 @@ class BrokerNode:
         port = server.address[1]
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
-        if config.enable_controller_mode and not config.pyrmq_ha_role:
+        if config.store.enable_controller_mode and not config.pyrmq_ha_role:
             self.replicas = ReplicasManager(
                 config=config, store=store,
                 client=ControllerClient(parse_controller_addrs(config.controller_addr)),
@@ -298,7 +298,7 @@ class BrokerNode:
         )
         await self._start_vip_server(router)
         schedule = ScheduleMessageService(
-            store=store, delays_ms=parse_message_delay_level(config.message_delay_level),
+            store=store, delays_ms=parse_message_delay_level(config.store.message_delay_level),
             file=ConfigFile(config_dir / DELAY_OFFSET_FILE_NAME), put_time_up=send.put_time_up,
             flush_delay_offset_interval_ms=config.flush_delay_offset_interval_ms,
         )

@@ -150,7 +150,7 @@ class ReplicasManager:
         self._ha_address: dict[str, str] = {}  # master remoting address -> its HA address
         self._ha_address_known = asyncio.Event()
         self._last_heartbeat_ms: int | None = None
-        self._mark = config.store_path_root_dir / LOST_COMMITTED_FILE_NAME
+        self._mark = config.store.store_path_root_dir / LOST_COMMITTED_FILE_NAME
         self.lost_committed = self._mark.exists()
         self.role_changes = 0
 
@@ -235,7 +235,7 @@ class ReplicasManager:
         try:
             await self.client.find_leader()
             registration = await self.client.register(
-                config.store_path_root_dir, config.broker_cluster_name, config.broker_name,
+                config.store.store_path_root_dir, config.broker_cluster_name, config.broker_name,
                 self.broker_addr,
             )
             if self.role is None:

@@ -34,8 +34,9 @@ from remoting.errors import BodyDecodeError
 from remoting.fastjson import JSONValue
 from store.consume_queue import FILLER_SIZE
 from store.errors import StoreError
-from store.message_format import MessageRecord, decode_record
+from store.message_decoder import decode_record
 from store.message_store import MessageStore
+from store.record_layout import MessageRecord
 from store.schedule import SCHEDULE_TOPIC, corrected_deliver_timestamp, queue_id_of_level
 
 log = logging.getLogger(__name__)

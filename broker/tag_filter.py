@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from remoting.bodies import SubscriptionData
-from store.message_format import java_string_hash
+from store.message_properties import java_string_hash
 
 SUB_ALL: Final = "*"
 EXPRESSION_TYPE_TAG: Final = "TAG"

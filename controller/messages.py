@@ -28,6 +28,7 @@ from remoting.bodies import (
 from remoting.errors import BodyDecodeError
 from remoting.fastjson import JSONValue, dump_fastjson, parse_fastjson
 from remoting.headers import CommandHeader, Int64
+from store.epoch_cache import EpochEntry
 
 
 def encode_broker_names(names: list[str]) -> bytes:
@@ -145,23 +146,21 @@ def parse_broker_ids(text: str | None) -> frozenset[int] | None:
         raise BodyDecodeError(f"brokerControllerIdsToClean={text!r}: {err}") from err
 
 
-@dataclass(frozen=True, slots=True)
-class EpochEntry(JSONBody):
-    epoch: int
-    start_offset: int
-    end_offset: int
+def _epoch_entry_json(entry: EpochEntry) -> dict[str, JSONValue]:
+    """Java's `EpochEntry` as JSON (the store's `EpochEntry` is the one pyrmq type)."""
+    return {"endOffset": entry.end_offset, "epoch": entry.epoch, "startOffset": entry.start_offset}
 
-    def to_json_value(self) -> dict[str, JSONValue]:
-        return {"endOffset": self.end_offset, "epoch": self.epoch, "startOffset": self.start_offset}
 
-    @classmethod
-    def from_json_value(cls, value: JSONValue, path: str) -> EpochEntry:
-        obj = _as_object(value, path)
-        return cls(
-            _get(obj, "epoch", path, _as_int),
-            _get(obj, "startOffset", path, _as_long, 0),
-            _get(obj, "endOffset", path, _as_long, 0),
-        )
+def _decode_epoch_entry(value: JSONValue, path: str) -> EpochEntry:
+    """Raises BodyDecodeError for a missing field, or values no epoch entry can hold."""
+    obj = _as_object(value, path)
+    epoch = _get(obj, "epoch", path, _as_int)
+    start_offset = _get(obj, "startOffset", path, _as_long, 0)
+    end_offset = _get(obj, "endOffset", path, _as_long, 0)
+    try:
+        return EpochEntry(epoch, start_offset, end_offset)
+    except ValueError as err:
+        raise BodyDecodeError(f"{path}: {err}") from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +178,7 @@ class EpochEntryCache(JSONBody):
             "brokerId": self.broker_id,
             "brokerName": self.broker_name,
             "clusterName": self.cluster_name,
-            "epochList": [e.to_json_value() for e in self.epoch_list],
+            "epochList": [_epoch_entry_json(e) for e in self.epoch_list],
             "maxOffset": self.max_offset,
         }
 
@@ -190,6 +189,6 @@ class EpochEntryCache(JSONBody):
             _get(obj, "clusterName", path, _as_str, ""),
             _get(obj, "brokerName", path, _as_str, ""),
             _get(obj, "brokerId", path, _as_long, 0),
-            _get(obj, "epochList", path, _tuple_of(EpochEntry.from_json_value), ()),
+            _get(obj, "epochList", path, _tuple_of(_decode_epoch_entry), ()),
             _get(obj, "maxOffset", path, _as_long, 0),
         )

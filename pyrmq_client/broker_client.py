@@ -66,16 +66,15 @@ from remoting.headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from store.message_format import (
+from store.message_decoder import decode_record
+from store.message_properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    TOTAL_SIZE,
-    MessageRecord,
-    decode_record,
     encode_properties,
     java_string_hash,
 )
+from store.record_layout import TOTAL_SIZE, MessageRecord
 
 TIMEOUT_MS_DEFAULT: Final = 3_000
 PULL_TIMEOUT_EXTRA_MS: Final = 5_000

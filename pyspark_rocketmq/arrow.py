@@ -22,15 +22,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store.message_format import (
+from store.host_port import HostPort, offset_msg_id
+from store.message_properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    HostPort,
-    MessageRecord,
-    offset_msg_id,
     parse_properties,
 )
+from store.record_layout import MessageRecord
 
 SOURCE_SCHEMA: Final = StructType([
     StructField("topic", StringType(), False),

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 from store.config import StoreConfig
-from store.message_format import HostPort, encode_properties, prepare_message
+from store.host_port import HostPort
+from store.message_encoder import prepare_message
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
 
 HOST = HostPort.from_str("127.0.0.1:10911")

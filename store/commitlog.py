@@ -1,8 +1,9 @@
 """The commitlog: one logical byte log of RocketMQ records over fixed-size mapped segments.
 
 Appends run on the event loop and are synchronous: one copy of the encoded record into the
-mapping, CRCs included (store/message_format.py writes the bytes). Everything that blocks
-(msync, fsync, allocating a segment) runs in a worker thread through the owning store.
+mapping, CRCs included (store/message_encoder.py and store/message_batch.py write the bytes).
+Everything that blocks (msync, fsync, allocating a segment) runs in a worker thread through the
+owning store.
 
 Invariants:
 - A record never spans two files: when `size + 8` does not fit in the rest of the file, a BLANK
@@ -25,17 +26,11 @@ from store.config import StoreConfig
 from store.errors import MessageIllegalError, RecordCorruptError
 from store.mapped_file import MappedFile, make_dirs_durable, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
-from store.message_format import (
-    TOTAL_SIZE,
-    CheckStatus,
-    EncodedBatch,
-    EncodedMessage,
-    check_record,
-    write_batch,
-    write_blank,
-    write_record,
-)
+from store.message_batch import EncodedBatch, write_batch
+from store.message_encoder import EncodedMessage, write_record
 from store.native import native as _native
+from store.record_check import CheckStatus, check_record
+from store.record_layout import TOTAL_SIZE, write_blank
 
 log = logging.getLogger(__name__)
 

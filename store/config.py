@@ -26,7 +26,8 @@ class FlushDiskType(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """Everything the store needs to know; the broker builds it from broker.conf."""
+    """Everything the store needs to know. `BrokerConfig.store` embeds it: broker.conf's
+    MessageStoreConfig keys (broker/config.py, `KEYS` with `store=True`) set these fields."""
 
     store_path_root_dir: Path
     mapped_file_size_commit_log: int = COMMITLOG_FILE_SIZE_DEFAULT
@@ -40,7 +41,8 @@ class StoreConfig:
     checkpoint_flush_interval_ms: int = 1000
     # Retention: delete files older than file_reserved_time_h at the hours of delete_when
     # ("04", or "01;04"), or at any time when disk use exceeds disk_max_used_space_ratio %.
-    file_reserved_time_h: float = 72
+    # Whole hours, as Java's `int fileReservedTime`.
+    file_reserved_time_h: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
     clean_resource_interval_ms: int = 10_000

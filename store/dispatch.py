@@ -30,7 +30,7 @@ from store.consume_queue import ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.errors import QueueOrderError
 from store.mapped_file import MappedFile
-from store.message_format import RecordCheck
+from store.record_check import RecordCheck
 from store.recovery import RecordBatch, scan_file
 from store.schedule import DEFAULT_DELAYS_MS, SCHEDULE_TOPIC, unit_tags_code
 from store.transaction_type import takes_queue_offset, takes_queue_offset_array

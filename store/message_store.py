@@ -47,16 +47,10 @@ from store.errors import (
     QueueOrderError,
     WriteRefusedError,
 )
-from store.message_format import (
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
-    CheckStatus,
-    EncodedBatch,
-    EncodedMessage,
-    RecordCheck,
-    check_record,
-    read_store_timestamp,
-)
+from store.message_batch import EncodedBatch
+from store.message_encoder import EncodedMessage
+from store.record_check import CheckStatus, RecordCheck, check_record
+from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2, read_store_timestamp
 from store.recovery import RecordBatch, ScanStop, scan_file_fast
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code

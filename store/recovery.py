@@ -23,17 +23,11 @@ import numpy as np
 import numpy.typing as npt
 from isal import isal_zlib
 
-from store.message_format import (
-    CRC32_MASK,
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
-    PROPERTY_CRC_NAME,
-    CheckStatus,
-    RecordCheck,
-    check_record,
-    java_string_hash,
-)
+from store.message_crc import CRC32_MASK
+from store.message_properties import PROPERTY_CRC_NAME, java_string_hash
 from store.native import native as _native
+from store.record_check import CheckStatus, RecordCheck, check_record
+from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -212,7 +206,7 @@ _PEEL_TOPICS_MAX: Final = 16
 
 
 def _tags_value(buf: Any, start: int, end: int) -> bytes | None:  # noqa: ANN401 - mmap/bytes
-    """`message_format`'s TAGS lookup on buf[start:end] in place: a match counts only at a
+    """`message_properties`' TAGS lookup on buf[start:end] in place: a match counts only at a
     segment start, the last non-empty value wins, the value runs to the next 0x02."""
     key_length = len(_TAGS_KEY)
     at = buf.rfind(_TAGS_KEY, start, end)

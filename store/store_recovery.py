@@ -28,7 +28,7 @@ from store.config import StoreConfig
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import Dispatcher
 from store.mapped_file import MappedFile
-from store.message_format import RecordCheck
+from store.record_check import RecordCheck
 from store.recovery import (
     FirstRecord,
     RecordBatch,

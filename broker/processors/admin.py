@@ -49,7 +49,6 @@ from broker.runtime_stats import RuntimeStats
 from broker.slave_synchronize import decode_data_version, page_bounds
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
-from controller.messages import EpochEntry as EpochEntryBody
 from controller.messages import EpochEntryCache
 from ha.service import HARuntimeInfo
 from remoting.bodies import DataVersion, KVTable, TopicConfig, TopicFilterType
@@ -400,7 +399,7 @@ class AdminProcessor:
     ) -> RemotingCommand:
         """`mqadmin getBrokerEpoch`: the store's epoch entries (the last one open-ended, as
         Java's), the role id (0 on the master) and the max offset. Controller mode only."""
-        if not self._config.enable_controller_mode:
+        if not self._config.store.enable_controller_mode:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR,
                 remark="GET_BROKER_EPOCH_CACHE needs enableControllerMode=true",
@@ -409,10 +408,7 @@ class AdminProcessor:
             cluster_name=self._config.broker_cluster_name,
             broker_name=self._config.broker_name,
             broker_id=self._role_id(),
-            epoch_list=tuple(
-                EpochEntryBody(entry.epoch, entry.start_offset, entry.end_offset)
-                for entry in self._store.epoch_cache
-            ),
+            epoch_list=self._store.epoch_cache.entries,
             max_offset=self._store.max_phy_offset,
         )
         return request.make_response(ResponseCode.SUCCESS, body=cache.encode())
@@ -422,7 +418,7 @@ class AdminProcessor:
         `brokerStatus` read, with the same meaning and format."""
         now = self._wall_ms()
         store = self._store
-        root = self._config.store_path_root_dir
+        root = self._config.store.store_path_root_dir
         try:
             usage = shutil.disk_usage(root)
             disk_ratio = usage.used / usage.total if usage.total else 0.0

@@ -69,26 +69,20 @@ from store.errors import (
     StoreError,
     WriteRefusedError,
 )
-from store.message_format import (
+from store.host_port import HostPort, offset_msg_id, offset_msg_ids
+from store.message_batch import batch_body_is_plain, decode_batch_body, prepare_batch_body
+from store.message_decoder import decode_record
+from store.message_encoder import prepare_message
+from store.message_properties import (
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC_RESERVED_BYTES,
     PROPERTY_UNIQ_KEY,
-    RETRY_TOPIC_CHARS_MAX,
-    TOPIC_CHARS_MAX,
-    HostPort,
-    MessageRecord,
-    SysFlag,
-    batch_body_is_plain,
-    decode_batch_body,
-    decode_record,
     encode_properties,
-    offset_msg_id,
-    offset_msg_ids,
     parse_properties,
-    prepare_batch_body,
-    prepare_message,
 )
 from store.message_store import AppendResult, MessageStore, PutResult, PutStatus
+from store.message_sys_flag import SysFlag
+from store.record_layout import RETRY_TOPIC_CHARS_MAX, TOPIC_CHARS_MAX, MessageRecord
 from store.schedule import (
     parse_message_delay_level,
     time_up_destination,
@@ -228,7 +222,7 @@ class SendProcessor:
         self._metrics = metrics
         self._uniq_ids = uniq_ids
         self.store_host = store_host
-        self.max_delay_level = len(parse_message_delay_level(config.message_delay_level))
+        self.max_delay_level = len(parse_message_delay_level(config.store.message_delay_level))
 
     # -- responses -------------------------------------------------------------------------
 
@@ -432,8 +426,8 @@ class SendProcessor:
                 properties=encode_properties(properties), sys_flag=sys_flag,
                 born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
                 store_host=self.store_host, reconsume_times=reconsume_times,
-                append_prop_crc=self._config.enabled_append_prop_crc,
-                max_message_size=self._config.max_message_size,
+                append_prop_crc=self._config.store.enabled_append_prop_crc,
+                max_message_size=self._config.store.max_message_size,
             )
             result = await self._store.put_message(msg)
         except StoreError as err:
@@ -456,8 +450,8 @@ class SendProcessor:
             return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, str(err))
         illegal = message_limits_error(
             topic, body_bytes=len(request.body), properties=properties_raw,
-            max_message_size=self._config.max_message_size,
-            append_prop_crc=self._config.enabled_append_prop_crc,
+            max_message_size=self._config.store.max_message_size,
+            append_prop_crc=self._config.store.enabled_append_prop_crc,
         )
         if illegal is not None:
             return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
@@ -485,11 +479,11 @@ class SendProcessor:
         if delay is not None and delay.strip() not in ("", "0"):
             return self._refuse(request, ResponseCode.MESSAGE_ILLEGAL,
                                 "batch message does not support delay level")
-        if len(request.body) > self._config.max_message_size:
+        if len(request.body) > self._config.store.max_message_size:
             return self._refuse(
                 request, ResponseCode.MESSAGE_ILLEGAL,
                 f"topic {topic}: batch body_size={len(request.body)} exceeds max_message_size="
-                f"{self._config.max_message_size}",
+                f"{self._config.store.max_message_size}",
             )
         illegal = self._batch_body_error(topic, request.body)
         if illegal is not None:
@@ -511,8 +505,8 @@ class SendProcessor:
                 topic=topic, queue_id=queue_id, body=request.body, sys_flag=sys_flag,
                 born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
                 store_host=self.store_host, reconsume_times=header.reconsume_times or 0,
-                append_prop_crc=self._config.enabled_append_prop_crc,
-                max_message_size=self._config.max_message_size,
+                append_prop_crc=self._config.store.enabled_append_prop_crc,
+                max_message_size=self._config.store.max_message_size,
             )
             result = await self._store.put_batch(batch)
         except StoreError as err:
@@ -531,7 +525,7 @@ class SendProcessor:
     def _batch_body_error(self, topic: str, body: bytes) -> str | None:
         """Why a SEND_BATCH_MESSAGE body is refused before its topic is looked up (or created),
         None if it is not. The common body is checked in C in one walk."""
-        append_prop_crc = self._config.enabled_append_prop_crc
+        append_prop_crc = self._config.store.enabled_append_prop_crc
         if batch_body_is_plain(body, append_prop_crc):
             return None
         try:
@@ -543,7 +537,8 @@ class SendProcessor:
         for index, (_, _, raw_properties) in enumerate(inner):
             illegal = message_limits_error(
                 topic, body_bytes=0, properties=raw_properties,
-                max_message_size=self._config.max_message_size, append_prop_crc=append_prop_crc,
+                max_message_size=self._config.store.max_message_size,
+                append_prop_crc=append_prop_crc,
             )
             if illegal is not None:
                 return f"batch message {index}: {illegal}"
@@ -578,8 +573,8 @@ class SendProcessor:
                 properties=encode_properties(properties), sys_flag=record.sys_flag,
                 born_timestamp=record.born_timestamp, born_host=record.born_host,
                 store_host=record.store_host, reconsume_times=record.reconsume_times,
-                append_prop_crc=self._config.enabled_append_prop_crc,
-                max_message_size=self._config.max_message_size,
+                append_prop_crc=self._config.store.enabled_append_prop_crc,
+                max_message_size=self._config.store.max_message_size,
             )
         except MessageIllegalError:
             log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
@@ -667,8 +662,8 @@ class SendProcessor:
                 properties=encode_properties(properties), sys_flag=original.sys_flag,
                 born_timestamp=original.born_timestamp, born_host=original.born_host,
                 store_host=self.store_host, reconsume_times=original.reconsume_times + 1,
-                append_prop_crc=self._config.enabled_append_prop_crc,
-                max_message_size=self._config.max_message_size,
+                append_prop_crc=self._config.store.enabled_append_prop_crc,
+                max_message_size=self._config.store.max_message_size,
             )
             result = await self._store.put_message(msg)
         except StoreError as err:

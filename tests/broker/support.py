@@ -15,6 +15,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.server import RemotingServer, ServerLimits
+from store.config import StoreConfig
 from tests.remoting.support import wait_until
 
 __all__ = ["FakeNameServer", "broker_config", "connected", "running_broker", "wait_until"]
@@ -22,8 +23,21 @@ __all__ = ["FakeNameServer", "broker_config", "connected", "running_broker", "wa
 START_TIMEOUT_S = 10.0
 
 
+_STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
+
+
 def broker_config(root: Path, **overrides: object) -> BrokerConfig:
-    """A loopback broker on a free port with small store files and metrics on a free port."""
+    """A loopback broker on a free port with small store files and metrics on a free port.
+
+    An override named like a `StoreConfig` field (`max_message_size=...`) goes to `config.store`.
+    """
+    store_overrides = {k: v for k, v in overrides.items() if k in _STORE_FIELDS}
+    broker_overrides = {k: v for k, v in overrides.items() if k not in _STORE_FIELDS}
+    store = StoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=1024 * 1024,
+        mapped_file_size_consume_queue=1000 * 20,
+    )
     config = BrokerConfig(
         broker_cluster_name="DefaultCluster",
         broker_name="broker-a",
@@ -31,13 +45,11 @@ def broker_config(root: Path, **overrides: object) -> BrokerConfig:
         bind_address="127.0.0.1",
         listen_port=0,
         namesrv_addr=None,
-        store_path_root_dir=root,
-        mapped_file_size_commit_log=1024 * 1024,
-        mapped_file_size_consume_queue=1000 * 20,
+        store=dataclasses.replace(store, **store_overrides),  # type: ignore[arg-type]
         metrics_prom_exporter_host="127.0.0.1",
         metrics_prom_exporter_port=0,
     )
-    return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+    return dataclasses.replace(config, **broker_overrides)  # type: ignore[arg-type]
 
 
 @asynccontextmanager

@@ -18,7 +18,9 @@ from remoting.bodies import ConsumeType
 from remoting.codes import PYRMQ_VERSION_DESC, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader
-from store.message_format import HostPort, MessageRecord, encode_properties, offset_msg_id
+from store.host_port import HostPort, offset_msg_id
+from store.message_properties import encode_properties
+from store.record_layout import MessageRecord
 from tests.broker.support import broker_config, connected, running_broker, wait_until
 
 pytestmark = pytest.mark.timeout(30)

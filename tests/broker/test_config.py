@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from broker.config import (
     load_broker_config,
 )
 from broker.errors import BrokerConfigError
-from store.config import FlushDiskType
+from store.config import FlushDiskType, StoreConfig
 
 # distribution/conf/broker.conf of RocketMQ 5.x, license header included.
 QUICK_START_BROKER_CONF = """\
@@ -87,33 +89,29 @@ def test_stock_quick_start_broker_conf_loads_without_warnings(tmp_path: Path) ->
     assert config.broker_cluster_name == "DefaultCluster"
     assert config.broker_name == "broker-a"
     assert config.broker_id == 0
-    assert config.delete_when == "04"
-    assert config.file_reserved_time_h == 48
     assert config.broker_role is BrokerRole.ASYNC_MASTER
-    assert config.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-    assert not config.enable_controller_mode
-    store = config.to_store_config()
+    store = config.store
     assert (store.file_reserved_time_h, store.delete_when) == (48, "04")
     assert store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+    assert not store.enable_controller_mode
 
 
 def test_controller_mode_keys_load_without_warnings(tmp_path: Path) -> None:
     loaded = load_broker_config(write(tmp_path, CONTROLLER_BROKER_CONF))
     config = loaded.config
     assert loaded.warnings == ()
-    assert config.enable_controller_mode
+    assert config.store.enable_controller_mode
     assert config.controller_addr == "127.0.0.1:9878"
     assert config.namesrv_addr_list == ("127.0.0.1:9876",)
     assert config.broker_id == -1
     assert config.broker_role is BrokerRole.SLAVE
     assert config.listen_port == 30911
     assert config.ha_listen_port == 30912  # listenPort + 1, as BrokerStartup sets it
-    assert config.store_path_root_dir == Path("/tmp/rmqstore/node00")
+    assert config.store.store_path_root_dir == Path("/tmp/rmqstore/node00")
     assert config.all_ack_in_sync_state_set
     assert config.broker_election_priority == 2**31 - 1
     assert config.controller_heart_beat_timeout_ms == 10_000
     assert config.ha_transfer_batch_size == 32768
-    assert config.to_store_config().enable_controller_mode
 
 
 def test_defaults_are_javas_where_pyrmq_does_not_say_otherwise() -> None:
@@ -205,7 +203,7 @@ def test_command_line_namesrv_overrides_the_file(tmp_path: Path) -> None:
 
 def test_tilde_expands_in_store_path(tmp_path: Path) -> None:
     loaded = load_broker_config(write(tmp_path, "storePathRootDir=~/rmq\n"))
-    assert loaded.config.store_path_root_dir == Path.home() / "rmq"
+    assert loaded.config.store.store_path_root_dir == Path.home() / "rmq"
 
 
 def test_unreadable_file_is_an_error(tmp_path: Path) -> None:
@@ -222,3 +220,55 @@ def test_config_items_print_every_key_once_and_important_ones_for_m(tmp_path: Pa
     important = dict(config_items(config, important_only=True))
     assert important["brokerName"] == "broker-a"
     assert "haTransferBatchSize" not in important
+
+
+# Every MessageStoreConfig key the store reads: the text in broker.conf and the typed value that
+# must reach `config.store` (each differs from the default, so a dropped key shows).
+STORE_KEY_VALUES: list[tuple[str, str, object]] = [
+    ("storePathRootDir", "/data/rmq", Path("/data/rmq")),
+    ("mappedFileSizeCommitLog", "8192", 8192),
+    ("mappedFileSizeConsumeQueue", "2000", 2000),
+    ("maxMessageSize", "65536", 65536),
+    ("flushDiskType", "SYNC_FLUSH", FlushDiskType.SYNC_FLUSH),
+    ("flushIntervalCommitLog", "250", 250),
+    ("messageDelayLevel", "1s 2m 3h", "1s 2m 3h"),
+    ("flushCommitLogLeastPages", "8", 8),
+    ("flushIntervalConsumeQueue", "2000", 2000),
+    ("syncFlushTimeout", "7000", 7000),
+    ("fileReservedTime", "48", 48),
+    ("deleteWhen", "01;04", "01;04"),
+    ("diskMaxUsedSpaceRatio", "80", 80),
+    ("diskSpaceWarningLevelRatio", "95", 95),
+    ("cleanResourceInterval", "20000", 20000),
+    ("enabledAppendPropCRC", "false", False),
+    ("checkCRCOnRecover", "false", False),
+    ("forceVerifyPropCRC", "false", False),
+    ("enableControllerMode", "true", True),
+    ("readUnCommitted", "true", True),
+]
+
+
+def test_the_store_key_table_covers_every_store_key() -> None:
+    table = [key for key, _, _ in STORE_KEY_VALUES]
+    assert sorted(table) == sorted(k for k, spec in KEYS.items() if spec.store)
+
+
+def test_broker_config_declares_no_store_field_again() -> None:
+    broker_fields = {f.name for f in dataclasses.fields(BrokerConfig)}
+    assert broker_fields.isdisjoint(f.name for f in dataclasses.fields(StoreConfig))
+
+
+@pytest.mark.parametrize(("key", "text", "expected"),
+                         [pytest.param(*row, id=row[0]) for row in STORE_KEY_VALUES])
+def test_store_key_reaches_the_store_with_its_type(
+    tmp_path: Path, key: str, text: str, expected: object
+) -> None:
+    config = load_broker_config(write(tmp_path, f"{key}={text}\n")).config
+    field_name = KEYS[key].field_name
+    value = getattr(config.store, field_name)
+    assert value == expected
+    assert type(value) is type(expected)
+    annotation = typing.get_type_hints(StoreConfig)[field_name]
+    assert isinstance(value, annotation)
+    default = next(f for f in dataclasses.fields(StoreConfig) if f.name == field_name).default
+    assert value != default

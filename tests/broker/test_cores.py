@@ -27,7 +27,7 @@ from remoting.codes import JAVA_VERSION_5_3_3, LanguageCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
 from remoting.headers import PullMessageResponseHeader
-from store.message_format import java_string_hash
+from store.message_properties import java_string_hash
 from store.message_store import GetStatus
 from tests.remoting.support import compact_json
 

@@ -13,7 +13,7 @@ from pyrmq_client import Message, Producer
 from remoting.bodies import RegisterBrokerBody
 from remoting.codes import PYRMQ_VERSION, RequestCode
 from remoting.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
-from store.message_format import crc32
+from store.message_crc import crc32
 from tests.broker.support import (
     FakeNameServer,
     broker_config,

@@ -49,7 +49,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingTimeoutError
 from remoting.server import ServerLimits
-from store.message_format import decode_record
+from store.message_decoder import decode_record
 from store.transaction_type import takes_queue_offset
 from tests.broker.support import broker_config, connected, running_broker
 

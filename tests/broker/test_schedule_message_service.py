@@ -11,14 +11,12 @@ import pytest
 
 from broker.config_file import ConfigFile
 from broker.schedule_message_service import ScheduleMessageService
-from store.message_format import (
-    HostPort,
-    MessageRecord,
-    decode_record,
-    encode_properties,
-    prepare_message,
-)
+from store.host_port import HostPort
+from store.message_decoder import decode_record
+from store.message_encoder import prepare_message
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
+from store.record_layout import MessageRecord
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, time_up_destination
 from tests.support.store_helpers import small_config
 

@@ -142,7 +142,7 @@ async def send_codes(address: str, bodies: list[bytes], *, timeout_ms: int = 10_
 def bodies_in(process: PyrmqProcess) -> set[bytes]:
     """Every message body in a stopped broker's store (topic TOPIC, queue 0)."""
     assert process.store_dir is not None
-    store = MessageStore(replace(load_broker_config(process.config_path).config.to_store_config(),
+    store = MessageStore(replace(load_broker_config(process.config_path).config.store,
                                  read_uncommitted=True))
     store.open()
     try:
@@ -223,7 +223,7 @@ def queue_units(process: PyrmqProcess, queues: int, *, read_uncommitted: bool = 
     """Consume-queue units of TOPIC in a stopped broker's store, over `queues` queues
     (`read_uncommitted`: dispatched up to the log's end, not to the saved confirmOffset)."""
     assert process.store_dir is not None
-    store = MessageStore(replace(load_broker_config(process.config_path).config.to_store_config(),
+    store = MessageStore(replace(load_broker_config(process.config_path).config.store,
                                  read_uncommitted=read_uncommitted))
     store.open()
     try:

@@ -15,8 +15,9 @@ import pytest
 from store import testhooks
 from store.config import FlushDiskType
 from store.errors import DataInvariantError, RecordCorruptError, WriteRefusedError
-from store.message_format import BLANK_MAGIC_CODE, decode_record
+from store.message_decoder import decode_record
 from store.message_store import GetStatus, MessageStore, PutStatus
+from store.record_layout import BLANK_MAGIC_CODE
 from tests.support.store_helpers import batch, crash_image, message, read_all, small_config
 
 
@@ -215,7 +216,7 @@ def test_offset_by_time_finds_the_first_message_at_or_after(tmp_path: Path) -> N
 
 
 def test_tag_filter_skips_other_tags(store: MessageStore) -> None:
-    from store.message_format import tags_code
+    from store.message_properties import tags_code
 
     for i in range(10):
         store.append_message(message(f"{i}".encode(), tags="TagA" if i % 2 else "TagB"))

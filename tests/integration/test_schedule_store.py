@@ -15,9 +15,10 @@ import pytest
 
 import store.commitlog
 import store.consume_queue
-import store.message_format
+import store.message_batch
+import store.message_encoder
 import store.recovery
-from store.message_format import tags_code
+from store.message_properties import tags_code
 from store.message_store import MessageStore
 from store.schedule import DEFAULT_MESSAGE_DELAY_LEVEL, SCHEDULE_TOPIC, parse_message_delay_level
 from tests.support.store_helpers import crash_image, message, small_config
@@ -54,8 +55,8 @@ def test_schedule_units_hold_deliver_times_live_and_after_recovery(
     tmp_path: Path, delay_levels: str, with_c: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not with_c:  # recovery then re-dispatches record by record, not in vectorised batches
-        for module in (store.commitlog, store.consume_queue, store.message_format,
-                       store.recovery):
+        for module in (store.commitlog, store.consume_queue, store.message_encoder,
+                       store.message_batch, store.recovery):
             monkeypatch.setattr(module, "_native", None)
     config = dataclasses.replace(small_config(tmp_path / "store"), message_delay_level=delay_levels)
     delays = parse_message_delay_level(delay_levels)

@@ -15,14 +15,12 @@ import pytest
 
 from store.broker_identity import load_broker_identity
 from store.config import StoreConfig
-from store.message_format import (
-    RECORD_SPEC,
-    HostPort,
-    decode_record,
-    parse_properties,
-    prepare_message,
-)
+from store.host_port import HostPort
+from store.message_decoder import decode_record
+from store.message_encoder import prepare_message
+from store.message_properties import parse_properties
 from store.message_store import MessageStore
+from store.record_layout import RECORD_SPEC
 from tests.fixtures.make_java_store import (
     COMMITLOG_FILE_SIZE,
     CQ_FILE_SIZE,

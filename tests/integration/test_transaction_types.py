@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from store.config import StoreConfig
 from store.errors import DispatchError, MessageIllegalError
-from store.message_format import EncodedBatch, decode_record
+from store.message_batch import EncodedBatch
+from store.message_decoder import decode_record
 from store.message_store import MessageStore
 from store.transaction_type import (
     TRANSACTION_COMMIT_TYPE,

@@ -133,7 +133,7 @@ def commitlog(process: PyrmqProcess) -> bytes:
 
 
 def bodies_in(process: PyrmqProcess) -> set[bytes]:
-    store = MessageStore(replace(load_broker_config(process.config_path).config.to_store_config(),
+    store = MessageStore(replace(load_broker_config(process.config_path).config.store,
                                  read_uncommitted=True))
     store.open()
     try:

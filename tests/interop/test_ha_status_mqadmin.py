@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.messages import EpochEntry, EpochEntryCache
+from controller.messages import EpochEntryCache
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from store.epoch_cache import EpochEntry
 from tests.integration.test_ha_processes import send_all, start, sync_state_set_of
 from tests.interop.harness import JavaEnv
 from tests.interop.pyrmq_env import PyrmqEnv, wait_until

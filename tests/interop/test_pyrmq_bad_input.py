@@ -19,7 +19,7 @@ from pyrmq_client import BrokerClient, Message, Producer, encode_batch_body
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader
-from store.message_format import encode_properties
+from store.message_properties import encode_properties
 from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
 
 pytestmark = pytest.mark.interop

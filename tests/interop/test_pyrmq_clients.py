@@ -18,7 +18,7 @@ import time
 import pytest
 
 from pyrmq_client import BrokerClient, PullStatus
-from store.message_format import MessageRecord
+from store.record_layout import MessageRecord
 from tests.interop.conftest import PyrmqCluster
 from tests.interop.consume_checks import assert_exactly_once
 from tests.interop.harness import ProduceMode, ProduceResult, Sent, expected_body

@@ -27,7 +27,7 @@ from typing import Final
 import pytest
 
 from pyrmq_client import BrokerClient, PullStatus
-from store.message_format import MessageRecord
+from store.record_layout import MessageRecord
 from tests.interop.output import (
     ConsumeResult,
     Sent,

@@ -20,7 +20,7 @@ from typing import Final
 import pytest
 
 from pyrmq_client import BrokerClient, Message, Producer, PullStatus
-from store.message_format import MessageRecord
+from store.record_layout import MessageRecord
 from tests.interop.conftest import PyrmqCluster
 from tests.interop.pyrmq_env import PyrmqEnv, wait_until
 

@@ -30,13 +30,10 @@ from typing import Final
 import pytest
 
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
-from store.message_format import (
-    MessageRecord,
-    RecordCheck,
-    decode_record,
-    prepare_message,
-    write_record,
-)
+from store.message_decoder import decode_record
+from store.message_encoder import prepare_message, write_record
+from store.record_check import RecordCheck
+from store.record_layout import MessageRecord
 from store.recovery import scan_file
 from tests.interop.harness import (
     ConsumeResult,

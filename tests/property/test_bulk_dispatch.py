@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from store import message_store as message_store_module
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import Dispatcher
-from store.message_format import CheckStatus, RecordCheck
 from store.message_store import MessageStore
+from store.record_check import CheckStatus, RecordCheck
 from store.recovery import RecordBatch
 from store.schedule import SCHEDULE_TOPIC
 from tests.support.store_helpers import message, small_config

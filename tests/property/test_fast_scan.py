@@ -14,14 +14,11 @@ from hypothesis import strategies as st
 
 import store.native
 import store.recovery
-from store.message_format import (
-    HostPort,
-    RecordCheck,
-    encode_properties,
-    prepare_message,
-    write_blank,
-    write_record,
-)
+from store.host_port import HostPort
+from store.message_encoder import prepare_message, write_record
+from store.message_properties import encode_properties
+from store.record_check import RecordCheck
+from store.record_layout import write_blank
 from store.recovery import RecordBatch, scan_file, scan_file_fast
 
 FILE_SIZE = 16 * 1024

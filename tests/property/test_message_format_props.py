@@ -12,37 +12,29 @@ from hypothesis import strategies as st
 
 from store.consume_queue import CQ_UNIT
 from store.errors import MessageIllegalError
-from store.message_format import (
+from store.host_port import HostPort, offset_msg_id, offset_msg_ids
+from store.message_batch import (
     BATCH_ENTRY_SPEC,
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
-    PROPERTY_CRC_NAME,
-    RECORD_SPEC,
-    CheckStatus,
     EncodedBatch,
-    HostPort,
-    MessageRecord,
-    check_record,
     decode_batch_body,
-    decode_record,
-    encode_properties,
-    encode_record,
-    java_string_hash,
-    make_record,
-    normalize_properties,
-    offset_msg_id,
-    offset_msg_ids,
-    parse_properties,
     prepare_batch,
     prepare_batch_body,
-    prepare_message,
-    tags_code,
     write_batch,
     write_batch_python,
-    write_record,
-    write_record_python,
+)
+from store.message_decoder import decode_record, encode_record, make_record
+from store.message_encoder import prepare_message, write_record, write_record_python
+from store.message_properties import (
+    PROPERTY_CRC_NAME,
+    encode_properties,
+    java_string_hash,
+    normalize_properties,
+    parse_properties,
+    tags_code,
 )
 from store.native import native
+from store.record_check import CheckStatus, check_record
+from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2, RECORD_SPEC, MessageRecord
 
 MAX_MESSAGE_SIZE = 1024 * 1024
 

@@ -7,17 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from store.config import StoreConfig
-from store.message_format import (
-    EncodedBatch,
-    EncodedMessage,
-    HostPort,
-    MessageRecord,
-    decode_record,
-    encode_properties,
-    prepare_batch,
-    prepare_message,
-)
+from store.host_port import HostPort
+from store.message_batch import EncodedBatch, prepare_batch
+from store.message_decoder import decode_record
+from store.message_encoder import EncodedMessage, prepare_message
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
+from store.record_layout import MessageRecord
 
 BORN_HOST = HostPort.from_str("127.0.0.1:50000")
 STORE_HOST = HostPort.from_str("127.0.0.1:10911")

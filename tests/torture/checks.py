@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from store.message_format import CheckStatus, check_record, decode_record
+from store.message_decoder import decode_record
 from store.message_store import GetStatus, MessageStore
+from store.record_check import CheckStatus, check_record
 from tests.torture.workload import QUEUE_COUNT, TOPIC, Rec, body_key, java_hash
 
 

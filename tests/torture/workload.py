@@ -28,13 +28,9 @@ from pathlib import Path
 from typing import Final
 
 from store.config import StoreConfig
-from store.message_format import (
-    EncodedBatch,
-    EncodedMessage,
-    encode_properties,
-    prepare_batch,
-    prepare_message,
-)
+from store.message_batch import EncodedBatch, prepare_batch
+from store.message_encoder import EncodedMessage, prepare_message
+from store.message_properties import encode_properties
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, small_config
 
 TOPIC: Final = "TortureTopic"

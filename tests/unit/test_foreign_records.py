@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from store.errors import DataInvariantError
-from store.message_format import encode_properties, prepare_message
+from store.message_encoder import prepare_message
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, small_config
 

@@ -11,39 +11,36 @@ from pathlib import Path
 import pytest
 
 from store.errors import MessageIllegalError, RecordCorruptError
-from store.message_format import (
+from store.host_port import HostPort, offset_msg_id
+from store.message_batch import (
     BATCH_ENTRY_SPEC,
+    EncodedBatch,
+    decode_batch_body,
+    prepare_batch,
+    write_batch,
+)
+from store.message_crc import crc32
+from store.message_decoder import decode_record, encode_record, make_record
+from store.message_encoder import EncodedMessage, prepare_message, write_record
+from store.message_properties import (
+    MAX_PROPERTIES_BYTES,
+    PROPERTY_CRC_RESERVED_BYTES,
+    encode_properties,
+    java_string_hash,
+    normalize_properties,
+    parse_properties,
+    tags_code,
+)
+from store.message_sys_flag import SysFlag
+from store.record_check import CheckStatus, RecordCheck, check_record
+from store.record_layout import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
-    MAX_PROPERTIES_BYTES,
-    PROPERTY_CRC_RESERVED_BYTES,
     RECORD_SPEC,
-    CheckStatus,
-    EncodedBatch,
-    EncodedMessage,
-    HostPort,
     MessageRecord,
-    RecordCheck,
-    SysFlag,
-    check_record,
-    crc32,
-    decode_batch_body,
-    decode_record,
-    encode_properties,
-    encode_record,
-    java_string_hash,
-    make_record,
-    normalize_properties,
-    offset_msg_id,
-    parse_properties,
-    prepare_batch,
-    prepare_message,
     read_store_timestamp,
-    tags_code,
-    write_batch,
     write_blank,
-    write_record,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

@@ -15,15 +15,10 @@ import numpy as np
 import pytest
 
 import store.native
-from store.message_format import (
-    MAGIC_CODE_V1,
-    encode_properties,
-    java_string_hash,
-    prepare_batch,
-    prepare_batch_body,
-    write_batch_python,
-    write_record_python,
-)
+from store.message_batch import prepare_batch, prepare_batch_body, write_batch_python
+from store.message_encoder import write_record_python
+from store.message_properties import encode_properties, java_string_hash
+from store.record_layout import MAGIC_CODE_V1
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, batch, message
 
 native = store.native.native
