@@ -98,9 +98,15 @@ class HAConnection:
                 raise EOFError("slave closed the connection")
             self._decoder.feed(data)
             while (frame := self._decoder.next_frame()) is not None:
+                first_ack = self.protocol.slave_request_offset is None
                 acked = self.protocol.receive(frame, replica_ids=service.replica_ids(),
                                               store=service.store_view())
                 if acked is not None:
+                    if first_ack:
+                        # Where this connection starts shipping: a slave that cut back (a
+                        # Java 5.5.0 slave with stale epoch entries, §6) starts low again.
+                        log.info("HA slave first ack slave_broker_id=%d offset=%d peer=%s",
+                                 acked.broker_id, acked.max_offset, self.peer)
                     service.on_ack(acked, self.protocol.last_master_max_offset)
             self.wakeup.set()
 
