@@ -86,7 +86,9 @@ from broker.slave_synchronize import SlaveSynchronize
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
-from controller_client.client import ControllerClient, parse_controller_addrs
+from controller_client.addresses import controller_addrs
+from controller_client.client import ControllerClient
+from controller_client.errors import ControllerAddressLookupError
 from ha.service import AutoSwitchHAService, HARole
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -287,9 +289,14 @@ class BrokerNode:
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
         if config.enable_controller_mode and not config.pyrmq_ha_role:
+            try:
+                addrs = await controller_addrs(
+                    config.controller_addr, dns_lookup=config.fetch_controller_addr_by_dns_lookup)
+            except ControllerAddressLookupError as err:
+                raise BrokerConfigError(str(err), key="controllerAddr") from err
             self.replicas = ReplicasManager(
                 config=config, store=store,
-                client=ControllerClient(parse_controller_addrs(config.controller_addr)),
+                client=ControllerClient(addrs),
                 broker_addr=self.broker_addr, bump_data_version=topics.next_data_version,
             )
         send = self._register_processors(

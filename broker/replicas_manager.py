@@ -57,8 +57,13 @@ from broker.replicas_state import (
     default_lease_ms,
     lost_committed_hold_ms,
 )
+from controller_client.addresses import DNS_REFRESH_MS, GetAddrInfo, lookup_controller_addrs
 from controller_client.client import ControllerClient, decode_role_change
-from controller_client.errors import ControllerBrokerMetadataNotExistError, ControllerError
+from controller_client.errors import (
+    ControllerAddressLookupError,
+    ControllerBrokerMetadataNotExistError,
+    ControllerError,
+)
 from controller_client.messages import BrokerHeartbeatRequestHeader, SyncStateSet
 from ha.service import AutoSwitchHAService
 from remoting.codes import ResponseCode
@@ -130,8 +135,14 @@ class ReplicasManager:
         bump_data_version: Callable[[int], None],
         slave_sync: SlaveSync | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
+        dns_refresh_ms: int = DNS_REFRESH_MS,
+        getaddrinfo: GetAddrInfo | None = None,
     ) -> None:
         self.config = config
+        # fetchControllerAddrByDnsLookup: how often controllerAddr is resolved again, and with
+        # what (the event loop's resolver unless a test gives another).
+        self.dns_refresh_ms = dns_refresh_ms
+        self._getaddrinfo = getaddrinfo
         self.store = store
         self.client = client
         self.broker_addr = broker_addr
@@ -190,8 +201,11 @@ class ReplicasManager:
                           "away from the controller for %d ms so that another replica is "
                           "elected (M9)", hold_ms)
                 await asyncio.sleep(hold_ms / 1000)
-            await self._start()
             async with asyncio.TaskGroup() as group:
+                if self.config.fetch_controller_addr_by_dns_lookup:  # from the start, as Java
+                    group.create_task(self._every(self.dns_refresh_ms,
+                                                  self.refresh_controller_addrs), name="rm-dns")
+                await self._start()
                 group.create_task(self._every(self.config.broker_heartbeat_interval_ms,
                                               self._heartbeat_round), name="rm-heartbeat")
                 group.create_task(self._every(self.config.sync_broker_metadata_period_ms,
@@ -325,6 +339,21 @@ class ReplicasManager:
                                    master_epoch: int | None, sss: SyncStateSet) -> None:
         await self._handle(_view(master_id, master_address, master_epoch, sss.sync_state_set,
                                  sss.sync_state_set_epoch), Source.POLL)
+
+    async def refresh_controller_addrs(self) -> None:
+        """Resolve a DNS `controllerAddr` again (fetchControllerAddrByDnsLookup; Java: every
+        120 s). A lookup that fails keeps the addresses the client has (as Java does)."""
+        try:
+            addrs = await lookup_controller_addrs(self.config.controller_addr,
+                                                  getaddrinfo=self._getaddrinfo)
+        except ControllerAddressLookupError as err:
+            log.warning("controller address lookup failed, keeping %s: %s",
+                        ";".join(self.client.addrs), err)
+            return
+        if addrs != self.client.addrs:
+            log.info("controller addresses changed old=%s new=%s", ";".join(self.client.addrs),
+                     ";".join(addrs))
+            await self.client.update_addrs(addrs)
 
     async def _refresh_leader(self) -> None:
         await self.client.find_leader()

@@ -72,11 +72,6 @@ class BrokerIdentityMismatchError(ControllerError):
     """A broker identity file names another cluster or broker than the config (§4.4 step 2)."""
 
 
-def parse_controller_addrs(controller_addr: str) -> tuple[str, ...]:
-    """`controllerAddr` (`"ip:port;ip:port"`) as addresses, blanks dropped."""
-    return tuple(part.strip() for part in controller_addr.split(";") if part.strip())
-
-
 @dataclass(frozen=True, slots=True)
 class Registration:
     """The outcome of CONTROLLER_REGISTER_BROKER: this broker's id and what it knows of the set."""
@@ -105,6 +100,15 @@ class ControllerClient:
         self.leader_addr: str | None = None
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+
+    async def update_addrs(self, addrs: tuple[str, ...]) -> None:
+        """Use `addrs` from now on (a DNS lookup found others); connections to addresses no
+        longer listed are closed. An empty list changes nothing."""
+        if not addrs or addrs == self.addrs:
+            return
+        self.addrs = addrs
+        for addr in [a for a in self._clients if a not in addrs]:
+            await self._clients.pop(addr).close()
 
     async def _client(self, addr: str) -> RemotingClient:
         client = self._clients.get(addr)
