@@ -30,6 +30,7 @@ from controller_client.client import ControllerClient
 from controller_client.errors import ControllerAddressLookupError, ControllerError
 from store.message_store import MessageStore
 from tests.broker.support import broker_config, running_broker, wait_until
+from tests.controller.test_controller_server import running
 
 
 def closed_port() -> int:
@@ -183,3 +184,19 @@ async def test_a_broker_whose_dns_controller_addr_is_malformed_does_not_start(
     node = BrokerNode(config)
     with pytest.raises(BrokerConfigError, match=r"controllerAddr.*one domain:port"):
         await asyncio.wait_for(node.run(), timeout=30)
+
+
+async def test_a_broker_finds_the_embedded_controller_by_name_and_leads(tmp_path: Path) -> None:
+    """controllerAddr=localhost:<port> with the lookup on: the broker registers with the
+    controller listening on 127.0.0.1 and is elected master."""
+    async with running(tmp_path / "controller") as server:
+        port = server.address[1]
+        config = broker_config(tmp_path / "broker", enable_controller_mode=True,
+                               controller_addr=f"localhost:{port}",
+                               fetch_controller_addr_by_dns_lookup=True)
+        async with running_broker(config) as node:
+            replicas = node.replicas
+            assert replicas is not None
+            assert replicas.client.addrs == (f"127.0.0.1:{port}",)
+            await wait_until(lambda: replicas.role is not None and replicas.role.is_master,
+                             timeout_s=30, what="the broker elected master")
