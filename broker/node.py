@@ -244,6 +244,8 @@ class BrokerNode:
                     replica_ids=lambda: AnyOtherBroker(
                         lambda: None if self.replicas is None else self.replicas.broker_id),
                     propose_sync_state_set=self._propose_sync_state_set,
+                    peer_refusal=lambda broker_id, peer: "no controller yet"
+                    if self.replicas is None else self.replicas.ha_peer_refusal(broker_id, peer),
                 )
             with _binding("haListenPort", config.bind_address, config.ha_listen_port):
                 await self.ha.start()

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from broker.config import BrokerConfig
+from broker.ha_peers import ha_peer_refusal
 from broker.replicas_state import (
     ApplySyncStateSet,
     BecomeMaster,
@@ -57,6 +58,7 @@ from broker.replicas_state import (
     default_lease_ms,
     lost_committed_hold_ms,
 )
+from controller.messages import BrokerReplicasInfo
 from controller_client.addresses import DNS_REFRESH_MS, GetAddrInfo, lookup_controller_addrs
 from controller_client.client import ControllerClient, decode_role_change
 from controller_client.errors import (
@@ -100,8 +102,8 @@ class SlaveSync(Protocol):
 
 class AnyOtherBroker(Collection[int]):
     """The HA handshake's replica check in controller mode: any controller id >= 1 but this
-    broker's own (Java does not check either; docs/reliability.md M16's check against the
-    controller's member list is not built)."""
+    broker's own. The check against the controller's members and their addresses (M16) comes
+    after it: `ReplicasManager.ha_peer_refusal`."""
 
     def __init__(self, own_id: Callable[[], int | None]) -> None:
         self._own_id = own_id
@@ -164,6 +166,10 @@ class ReplicasManager:
         self._mark = config.store_path_root_dir / LOST_COMMITTED_FILE_NAME
         self.lost_committed = self._mark.exists()
         self.role_changes = 0
+        # The controller's registered ids and addresses of this broker set (GET_SYNC_STATE_DATA),
+        # which a master's HA handshakes are checked against (M16); None until first read.
+        self.members: dict[int, str] | None = None
+        self._members_task: asyncio.Task[None] | None = None
 
     def bind(self, ha: AutoSwitchHAService, registration: _Registration | None) -> None:
         self.ha = ha
@@ -334,6 +340,49 @@ class ReplicasManager:
             return
         await self._handle_replica_info(info.header.master_broker_id, info.header.master_address,
                                         info.header.master_epoch, info.sync_state_set)
+        if self.role is not None and self.role.is_master:
+            await self.refresh_members()
+
+    async def refresh_members(self) -> None:
+        """Read the controller's members of this broker set (GET_SYNC_STATE_DATA: every
+        registered id with its address)."""
+        name = self.config.broker_name
+        body = await self.client.get_sync_state_data(name)
+        info = BrokerReplicasInfo.decode(body).replicas_info_table.get(name)
+        members = {} if info is None else {
+            replica.broker_id: replica.broker_address
+            for replica in (*info.in_sync_replicas, *info.not_in_sync_replicas)}
+        if members != self.members:
+            log.info("controller members of %s: %s", name,
+                     ", ".join(f"{i}={a}" for i, a in sorted(members.items())))
+        self.members = members
+
+    def _refresh_members_soon(self) -> None:
+        """One refresh of the members in the background (at most one at a time)."""
+        if self._members_task is not None and not self._members_task.done():
+            return
+
+        async def refresh() -> None:
+            try:
+                await self.refresh_members()
+            except (ControllerError, RemotingError, OSError) as err:
+                log.warning("reading the controller's members failed: %s", err)
+
+        self._members_task = asyncio.get_running_loop().create_task(refresh(),
+                                                                    name="rm-members")
+        self._tasks.add(self._members_task)
+        self._members_task.add_done_callback(self._tasks.discard)
+
+    def ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
+        """Why the master refuses the HA handshake of `broker_id` from `peer` (M16,
+        broker/ha_peers.py), or None. An id the members read last do not hold makes the master
+        read them again, for the slave's next attempt (it may have registered since)."""
+        refusal = ha_peer_refusal(
+            broker_id, peer, own_id=self.broker_id, members=self.members,
+            check_address=self.config.pyrmq_ha_check_peer_address)
+        if refusal is not None and (self.members is None or broker_id not in self.members):
+            self._refresh_members_soon()
+        return refusal
 
     async def _handle_replica_info(self, master_id: int | None, master_address: str | None,
                                    master_epoch: int | None, sss: SyncStateSet) -> None:
@@ -464,6 +513,7 @@ class ReplicasManager:
         # that reached the leader.
         self.lease.renew(self._last_heartbeat_ms if self._last_heartbeat_ms is not None
                          else self.clock_ms())
+        self._refresh_members_soon()  # for the slaves' handshakes, meanwhile
         try:
             await ha.become_master(action.master_epoch, action.sync_state_set,
                                    action.sync_state_set_epoch)

@@ -17,6 +17,7 @@ first use and reopened after it closes; every request has a deadline (`request_t
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -299,6 +300,17 @@ class ControllerClient:
             GetReplicaInfoResponseHeader.from_ext_fields(response.ext_fields),
             SyncStateSet.decode(response.body) if response.body else SyncStateSet(),
         )
+
+    async def get_sync_state_data(self, broker_name: str) -> bytes:
+        """CONTROLLER_GET_SYNC_STATE_DATA for one broker set: the response body, a JSON
+        `BrokerReplicasInfo` (every registered id with its address; decoded by
+        controller.messages)."""
+        response = await self._invoke_leader(
+            "CONTROLLER_GET_SYNC_STATE_DATA",
+            RemotingCommand.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                                    body=json.dumps([broker_name]).encode()),
+        )
+        return response.body
 
     async def alter_sync_state_set(
         self, broker_name: str, master_broker_id: int, master_epoch: int, proposed: SyncStateSet
