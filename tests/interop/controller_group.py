@@ -52,6 +52,7 @@ from tests.support.store_helpers import read_all
 REPO: Final = Path(__file__).resolve().parents[2]
 CONTROLLER_MAIN: Final = "org.apache.rocketmq.controller.ControllerStartup"
 START_TIMEOUT_S: Final = 60.0
+JAVA_START_TIMEOUT_S: Final = 120.0  # a JVM on a busy 2-core host (TLS set-up alone took 30 s)
 CATCH_UP_S: Final = 60.0
 BROKER: Final = "broker-a"
 TOPIC: Final = "FailoverTopic"
@@ -254,6 +255,20 @@ def pyrmq_admin(*args: str) -> str:
 
 # --- load ---------------------------------------------------------------------------------------
 
+async def connect(address: str, *, timeout_s: float = 10.0) -> BrokerClient:
+    """A client of a broker that answers: a connect refused or reset (a busy host's full
+    accept queue) is tried again until `timeout_s`."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await BrokerClient.connect(host, int(port))
+        except (RemotingError, OSError):
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+
+
 @dataclass
 class Load:
     """A sync-ack load: `acked` holds every body answered SUCCESS."""
@@ -280,9 +295,8 @@ class Load:
     async def run(self, address: str, *, tag: str, until: asyncio.Event, count: int | None = None,
                   concurrency: int = 8) -> None:
         """Send to `address` until `until` is set (or `count` acked), `concurrency` at once."""
-        host, port = address.rsplit(":", 1)
         goal = None if count is None else len(self.acked) + count
-        async with await BrokerClient.connect(host, int(port)) as client:
+        async with await connect(address) as client:
 
             async def worker() -> None:
                 while not until.is_set() and (goal is None or len(self.acked) < goal):

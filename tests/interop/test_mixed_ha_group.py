@@ -38,6 +38,7 @@ from controller_client.client import ReplicaInfo
 from tests.interop.build import NEWEST
 from tests.interop.controller_group import (
     BROKER,
+    JAVA_START_TIMEOUT_S,
     MIXED_CONF,
     MIXED_PYRMQ_CONF,
     START_TIMEOUT_S,
@@ -102,7 +103,7 @@ async def mixed_group_fails_over_both_ways(
 
     def start_java(name: str, *, again: JavaServer | None = None) -> JavaServer:
         return java_env.start_java_broker(
-            namesrv.addr, name=name, timeout_s=START_TIMEOUT_S,
+            namesrv.addr, name=name, timeout_s=JAVA_START_TIMEOUT_S,
             listen_port=None if again is None else int(again.addr.rsplit(":", 1)[1]),
             store_dir=None if again is None else again.store_dir,
             extra_conf={**MIXED_CONF, "controllerAddr": controller})
