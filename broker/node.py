@@ -244,8 +244,7 @@ class BrokerNode:
                     replica_ids=lambda: AnyOtherBroker(
                         lambda: None if self.replicas is None else self.replicas.broker_id),
                     propose_sync_state_set=self._propose_sync_state_set,
-                    peer_refusal=lambda broker_id, peer: "no controller yet"
-                    if self.replicas is None else self.replicas.ha_peer_refusal(broker_id, peer),
+                    peer_refusal=self._ha_peer_refusal,
                 )
             with _binding("haListenPort", config.bind_address, config.ha_listen_port):
                 await self.ha.start()
@@ -546,6 +545,12 @@ class BrokerNode:
                         "configs from this broker): %s", config.listen_port - 2, err)
             return
         self.vip_server = vip
+
+    async def _ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
+        """Controller mode: the ReplicasManager's check of a slave's HA handshake (M16)."""
+        if self.replicas is None:
+            return "no controller yet"
+        return await self.replicas.ha_peer_refusal(broker_id, peer)
 
     def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
                                 ) -> None:

@@ -81,6 +81,8 @@ LOST_COMMITTED_FILE_NAME: Final = "lostCommitted"
 """pyrmq's durable M9 mark in `storePathRootDir` (empty file; present = committed data lost)."""
 STARTUP_RETRY_MS: Final = 1_000
 HA_ADDRESS_RETRY_MS: Final = 500
+MEMBERS_REREAD_MS: Final = 1_000
+"""A handshake of an unknown id reads the controller's members again at most this often."""
 
 
 def monotonic_ms() -> int:
@@ -170,6 +172,7 @@ class ReplicasManager:
         # which a master's HA handshakes are checked against (M16); None until first read.
         self.members: dict[int, str] | None = None
         self._members_task: asyncio.Task[None] | None = None
+        self._members_read_ms: int | None = None
 
     def bind(self, ha: AutoSwitchHAService, registration: _Registration | None) -> None:
         self.ha = ha
@@ -357,32 +360,38 @@ class ReplicasManager:
                      ", ".join(f"{i}={a}" for i, a in sorted(members.items())))
         self.members = members
 
-    def _refresh_members_soon(self) -> None:
-        """One refresh of the members in the background (at most one at a time)."""
+    def _refresh_members_soon(self) -> asyncio.Task[None]:
+        """One refresh of the members in the background (one at a time): the running one, or
+        a new one."""
         if self._members_task is not None and not self._members_task.done():
-            return
+            return self._members_task
 
         async def refresh() -> None:
             try:
                 await self.refresh_members()
             except (ControllerError, RemotingError, OSError) as err:
                 log.warning("reading the controller's members failed: %s", err)
+            finally:
+                self._members_read_ms = self.clock_ms()
 
         self._members_task = asyncio.get_running_loop().create_task(refresh(),
                                                                     name="rm-members")
         self._tasks.add(self._members_task)
         self._members_task.add_done_callback(self._tasks.discard)
+        return self._members_task
 
-    def ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
+    async def ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
         """Why the master refuses the HA handshake of `broker_id` from `peer` (M16,
-        broker/ha_peers.py), or None. An id the members read last do not hold makes the master
-        read them again, for the slave's next attempt (it may have registered since)."""
-        refusal = ha_peer_refusal(
+        broker/ha_peers.py), or None. For an id the members read last do not hold (a slave
+        that registered since), the members are read again first, at most once a second."""
+        members = self.members
+        if (members is None or broker_id not in members) and (
+                self._members_read_ms is None
+                or self.clock_ms() - self._members_read_ms >= MEMBERS_REREAD_MS):
+            await asyncio.shield(self._refresh_members_soon())
+        return ha_peer_refusal(
             broker_id, peer, own_id=self.broker_id, members=self.members,
             check_address=self.config.pyrmq_ha_check_peer_address)
-        if refusal is not None and (self.members is None or broker_id not in self.members):
-            self._refresh_members_soon()
-        return refusal
 
     async def _handle_replica_info(self, master_id: int | None, master_address: str | None,
                                    master_epoch: int | None, sss: SyncStateSet) -> None:

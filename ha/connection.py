@@ -100,7 +100,7 @@ class HAConnection:
             while (frame := self._decoder.next_frame()) is not None:
                 if (isinstance(frame, SlaveHandshake) and service.peer_refusal is not None
                         and self.protocol.slave_broker_id is None):
-                    refusal = service.peer_refusal(frame.slave_broker_id, self.peer)
+                    refusal = await service.peer_refusal(frame.slave_broker_id, self.peer)
                     if refusal is not None:
                         raise HandshakeRefusedError(f"HANDSHAKE refused: {refusal}")
                 acked = self.protocol.receive(frame, replica_ids=service.replica_ids(),

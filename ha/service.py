@@ -27,7 +27,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from ha.client import HAClient
@@ -139,7 +139,7 @@ class AutoSwitchHAService:
         replica_ids: Callable[[], Collection[int]],
         propose_sync_state_set: ProposeSyncStateSet,
         clock_ms: Callable[[], int] = monotonic_ms,
-        peer_refusal: Callable[[int, str], str | None] | None = None,
+        peer_refusal: Callable[[int, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.store = store
         self.config = config
