@@ -12,9 +12,9 @@ acked / lost / failover seconds:
   slave and cuts only its unconfirmed tail (all three commitlogs end byte-identical), and the
   real `mqadmin getSyncStateSet` shows the new master and all three in the set; no queue
   offset is handed out twice (no rollback, RocketMQ #6344/#7689);
-- SIGSTOP of the master past the controller's heartbeat timeout: another member is elected; the
-  paused master, resumed, answers nothing SUCCESS (its lease ran out, docs/reliability.md M17), then
-  is demoted and rejoins; no acknowledged message is lost;
+- SIGSTOP of the master under that load past the controller's heartbeat timeout: another member
+  is elected; the paused master, resumed, answers nothing SUCCESS (its lease ran out,
+  docs/reliability.md M17), then is demoted and rejoins; no acknowledged message is lost;
 - a master that lost committed data in a power loss does not lead again (M9);
 - killing the leader of a three-node controller group moves no broker and refuses no send.
 
