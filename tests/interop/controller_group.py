@@ -317,9 +317,12 @@ class Load:
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
 
-    async def until_killed(self, address: str, kill: Callable[[], None]) -> float:
-        """Send to `address`; once `milestone` are acked, `kill()` (with sends in flight) and
+    async def until_killed(self, address: str, kill: Callable[[], None], *, after: int
+                           ) -> float:
+        """Send to `address`; once `after` more are acked, `kill()` (with sends in flight) and
         stop. Returns the kill's monotonic time."""
+        self.milestone = len(self.acked) + after
+        self.reached.clear()
         stop = asyncio.Event()
         killed_at = 0.0
 
@@ -443,9 +446,9 @@ async def kill_the_master_under_sync_ack_load(
     master and all three in the set."""
     old = group.master()
     old_id, old_port = controller_id(old), old.port
-    load = Load(rng, milestone=rng.randint(300, 1500))
+    load = Load(rng)
     started = time.monotonic()
-    killed_at = await load.until_killed(old.addr, old.kill)
+    killed_at = await load.until_killed(old.addr, old.kill, after=rng.randint(300, 1500))
     acked_before = len(load.acked)
     others = [p for p in group.brokers if p is not old]
     new = await first_success(others, load, deadline_s=30)
@@ -618,8 +621,8 @@ async def restart_the_master_at_once(
     watching = asyncio.Event()
     watch = asyncio.create_task(watcher.run(watching))
     try:
-        load = Load(rng, milestone=rng.randint(300, 1200))
-        killed_at = await load.until_killed(old.addr, old.kill)
+        load = Load(rng)
+        killed_at = await load.until_killed(old.addr, old.kill, after=rng.randint(300, 1200))
         acked_before = len(load.acked)
         # The restart begins at once; sends look for the new master meanwhile.
         restarting = asyncio.create_task(asyncio.to_thread(

@@ -119,8 +119,7 @@ async def mixed_group_fails_over_both_ways(
     # 2. pyrmq -> Java: with p2 stopped, j3 is the only other member the controller can elect.
     assert p2.terminate() == 0, p2.diagnostics()
     await wait_replica_info(controller, members(p1, j3), what="the set shrunk to {p1, j3}")
-    load.milestone = len(load.acked) + rng.randint(100, 400)
-    killed_at = await load.until_killed(p1.addr, p1.kill)
+    killed_at = await load.until_killed(p1.addr, p1.kill, after=rng.randint(100, 400))
     await first_success([j3], load, deadline_s=30)
     to_java_s = time.monotonic() - killed_at
     await wait_replica_info(controller, lambda i: i.header.master_address == j3.addr,
@@ -139,8 +138,7 @@ async def mixed_group_fails_over_both_ways(
                                      what="Java master -> pyrmq slave")
 
     # 4. Java -> pyrmq.
-    load.milestone = len(load.acked) + rng.randint(100, 400)
-    killed_at = await load.until_killed(j3.addr, j3.process.kill)
+    killed_at = await load.until_killed(j3.addr, j3.process.kill, after=rng.randint(100, 400))
     await first_success([p2], load, deadline_s=30)
     to_pyrmq_s = time.monotonic() - killed_at
     assert (role_of(p2) or ("", 0))[0] == "master"
