@@ -2,7 +2,7 @@
 against three Java brokers (Apache RocketMQ NEWEST, 5.5.0) under the Java controller, in one run.
 
 Both groups: three brokers of `broker-a`, enableControllerMode, allAckInSyncStateSet=true and the
-same broker settings (`BROKER_CONF` of tests/interop/test_controller_mode.py: heartbeat every
+same broker settings (`BROKER_CONF` of tests/interop/controller_group.py: heartbeat every
 300 ms, controller heartbeat timeout 3 s); each controller scans every second. A trial: wait
 until the controller's SyncStateSet holds all three and the master answers a send, SIGKILL the
 master, then try one send (1 s timeout) on each surviving broker every 20 ms; the failover time
@@ -30,9 +30,9 @@ from pyrmq_client import BrokerClient, Message
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from tests.interop.build import NEWEST
+from tests.interop.controller_group import BROKER_CONF, TOPIC, start_java_controller
 from tests.interop.harness import JavaEnv
 from tests.interop.pyrmq_env import PyrmqEnv
-from tests.interop.test_controller_mode import BROKER_CONF, TOPIC, start_controller
 
 TRIALS = int(os.environ.get("PYRMQ_FAILOVER_TRIALS", "3"))
 SETTLE_TIMEOUT_S = 120.0
@@ -110,7 +110,7 @@ def pyrmq_group(env: PyrmqEnv, base: Path) -> tuple[str, list[Member]]:
 
 
 def java_group(env: JavaEnv, base: Path) -> tuple[str, list[Member]]:
-    controller = start_controller(env, base / "controller")
+    controller = start_java_controller(env, base / "controller")
     namesrv = env.start_java_namesrv()
     conf = {**BROKER_CONF, "controllerAddr": controller}
 

@@ -159,6 +159,9 @@ class BrokerConfig:
     # slave: the master's remoting address ip:listenPort for the metadata sync
     # (broker/slave_synchronize.py); "" = the HA address's host with its port - 1
     pyrmq_ha_master_remoting_address: str = ""
+    # controller mode: a slave's HA connection must come from the host the controller
+    # registered for its id (broker/ha_peers.py)
+    pyrmq_ha_check_peer_address: bool = True
     # -- slave metadata sync (docs/remoting-protocol.md §10; 5.5.0 paging)
     enable_split_metadata: bool = True
     split_metadata_size: int = 2_000
@@ -403,6 +406,7 @@ KEYS: Final[Mapping[str, _Key]] = {
     "pyrmqHaSyncStateSet": _Key("pyrmq_ha_sync_state_set", _parse_str),
     "pyrmqHaReplicaIds": _Key("pyrmq_ha_replica_ids", _parse_str),
     "pyrmqHaMasterRemotingAddress": _Key("pyrmq_ha_master_remoting_address", _parse_str),
+    "pyrmqHaCheckPeerAddress": _Key("pyrmq_ha_check_peer_address", _parse_bool),
     "enableSplitMetadata": _Key("enable_split_metadata", _parse_bool),
     "splitMetadataSize": _Key("split_metadata_size", _positive_int),
     "pyrmqSlaveSyncIntervalMs": _Key("pyrmq_slave_sync_interval_ms", _positive_int),

@@ -86,7 +86,9 @@ from broker.slave_synchronize import SlaveSynchronize
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from broker.uniq_id import UniqIdGenerator
-from controller_client.client import ControllerClient, parse_controller_addrs
+from controller_client.addresses import controller_addrs
+from controller_client.client import ControllerClient
+from controller_client.errors import ControllerAddressLookupError
 from ha.service import AutoSwitchHAService, HARole
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -242,6 +244,7 @@ class BrokerNode:
                     replica_ids=lambda: AnyOtherBroker(
                         lambda: None if self.replicas is None else self.replicas.broker_id),
                     propose_sync_state_set=self._propose_sync_state_set,
+                    peer_refusal=self._ha_peer_refusal,
                 )
             with _binding("haListenPort", config.bind_address, config.ha_listen_port):
                 await self.ha.start()
@@ -287,9 +290,14 @@ class BrokerNode:
         store_host = HostPort.from_str(f"{ip1}:{port}")
         self.broker_addr = f"{config.broker_ip1}:{port}"
         if config.store.enable_controller_mode and not config.pyrmq_ha_role:
+            try:
+                addrs = await controller_addrs(
+                    config.controller_addr, dns_lookup=config.fetch_controller_addr_by_dns_lookup)
+            except ControllerAddressLookupError as err:
+                raise BrokerConfigError(str(err), key="controllerAddr") from err
             self.replicas = ReplicasManager(
                 config=config, store=store,
-                client=ControllerClient(parse_controller_addrs(config.controller_addr)),
+                client=ControllerClient(addrs),
                 broker_addr=self.broker_addr, bump_data_version=topics.next_data_version,
             )
         send = self._register_processors(
@@ -537,6 +545,12 @@ class BrokerNode:
                         "configs from this broker): %s", config.listen_port - 2, err)
             return
         self.vip_server = vip
+
+    async def _ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
+        """Controller mode: the ReplicasManager's check of a slave's HA handshake (M16)."""
+        if self.replicas is None:
+            return "no controller yet"
+        return await self.replicas.ha_peer_refusal(broker_id, peer)
 
     def _propose_sync_state_set(self, proposal: frozenset[int], sync_state_set_epoch: int
                                 ) -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from broker.config import BrokerConfig
+from broker.ha_peers import ha_peer_refusal
 from broker.replicas_state import (
     ApplySyncStateSet,
     BecomeMaster,
@@ -57,8 +58,14 @@ from broker.replicas_state import (
     default_lease_ms,
     lost_committed_hold_ms,
 )
+from controller.messages import BrokerReplicasInfo
+from controller_client.addresses import DNS_REFRESH_MS, GetAddrInfo, lookup_controller_addrs
 from controller_client.client import ControllerClient, decode_role_change
-from controller_client.errors import ControllerBrokerMetadataNotExistError, ControllerError
+from controller_client.errors import (
+    ControllerAddressLookupError,
+    ControllerBrokerMetadataNotExistError,
+    ControllerError,
+)
 from controller_client.messages import BrokerHeartbeatRequestHeader, SyncStateSet
 from ha.service import AutoSwitchHAService
 from remoting.codes import ResponseCode
@@ -74,6 +81,8 @@ LOST_COMMITTED_FILE_NAME: Final = "lostCommitted"
 """pyrmq's durable M9 mark in `storePathRootDir` (empty file; present = committed data lost)."""
 STARTUP_RETRY_MS: Final = 1_000
 HA_ADDRESS_RETRY_MS: Final = 500
+MEMBERS_REREAD_MS: Final = 1_000
+"""A handshake of an unknown id reads the controller's members again at most this often."""
 
 
 def monotonic_ms() -> int:
@@ -95,8 +104,8 @@ class SlaveSync(Protocol):
 
 class AnyOtherBroker(Collection[int]):
     """The HA handshake's replica check in controller mode: any controller id >= 1 but this
-    broker's own (Java does not check either; docs/reliability.md M16's check against the
-    controller's member list is not built)."""
+    broker's own. The check against the controller's members and their addresses (M16) comes
+    after it: `ReplicasManager.ha_peer_refusal`."""
 
     def __init__(self, own_id: Callable[[], int | None]) -> None:
         self._own_id = own_id
@@ -130,8 +139,14 @@ class ReplicasManager:
         bump_data_version: Callable[[int], None],
         slave_sync: SlaveSync | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
+        dns_refresh_ms: int = DNS_REFRESH_MS,
+        getaddrinfo: GetAddrInfo | None = None,
     ) -> None:
         self.config = config
+        # fetchControllerAddrByDnsLookup: how often controllerAddr is resolved again, and with
+        # what (the event loop's resolver unless a test gives another).
+        self.dns_refresh_ms = dns_refresh_ms
+        self._getaddrinfo = getaddrinfo
         self.store = store
         self.client = client
         self.broker_addr = broker_addr
@@ -153,6 +168,11 @@ class ReplicasManager:
         self._mark = config.store.store_path_root_dir / LOST_COMMITTED_FILE_NAME
         self.lost_committed = self._mark.exists()
         self.role_changes = 0
+        # The controller's registered ids and addresses of this broker set (GET_SYNC_STATE_DATA),
+        # which a master's HA handshakes are checked against (M16); None until first read.
+        self.members: dict[int, str] | None = None
+        self._members_task: asyncio.Task[None] | None = None
+        self._members_read_ms: int | None = None
 
     def bind(self, ha: AutoSwitchHAService, registration: _Registration | None) -> None:
         self.ha = ha
@@ -190,8 +210,11 @@ class ReplicasManager:
                           "away from the controller for %d ms so that another replica is "
                           "elected (M9)", hold_ms)
                 await asyncio.sleep(hold_ms / 1000)
-            await self._start()
             async with asyncio.TaskGroup() as group:
+                if self.config.fetch_controller_addr_by_dns_lookup:  # from the start, as Java
+                    group.create_task(self._every(self.dns_refresh_ms,
+                                                  self.refresh_controller_addrs), name="rm-dns")
+                await self._start()
                 group.create_task(self._every(self.config.broker_heartbeat_interval_ms,
                                               self._heartbeat_round), name="rm-heartbeat")
                 group.create_task(self._every(self.config.sync_broker_metadata_period_ms,
@@ -320,11 +343,75 @@ class ReplicasManager:
             return
         await self._handle_replica_info(info.header.master_broker_id, info.header.master_address,
                                         info.header.master_epoch, info.sync_state_set)
+        if self.role is not None and self.role.is_master:
+            await self.refresh_members()
+
+    async def refresh_members(self) -> None:
+        """Read the controller's members of this broker set (GET_SYNC_STATE_DATA: every
+        registered id with its address)."""
+        name = self.config.broker_name
+        body = await self.client.get_sync_state_data(name)
+        info = BrokerReplicasInfo.decode(body).replicas_info_table.get(name)
+        members = {} if info is None else {
+            replica.broker_id: replica.broker_address
+            for replica in (*info.in_sync_replicas, *info.not_in_sync_replicas)}
+        if members != self.members:
+            log.info("controller members of %s: %s", name,
+                     ", ".join(f"{i}={a}" for i, a in sorted(members.items())))
+        self.members = members
+
+    def _refresh_members_soon(self) -> asyncio.Task[None]:
+        """One refresh of the members in the background (one at a time): the running one, or
+        a new one."""
+        if self._members_task is not None and not self._members_task.done():
+            return self._members_task
+
+        async def refresh() -> None:
+            try:
+                await self.refresh_members()
+            except (ControllerError, RemotingError, OSError) as err:
+                log.warning("reading the controller's members failed: %s", err)
+            finally:
+                self._members_read_ms = self.clock_ms()
+
+        self._members_task = asyncio.get_running_loop().create_task(refresh(),
+                                                                    name="rm-members")
+        self._tasks.add(self._members_task)
+        self._members_task.add_done_callback(self._tasks.discard)
+        return self._members_task
+
+    async def ha_peer_refusal(self, broker_id: int, peer: str) -> str | None:
+        """Why the master refuses the HA handshake of `broker_id` from `peer` (M16,
+        broker/ha_peers.py), or None. For an id the members read last do not hold (a slave
+        that registered since), the members are read again first, at most once a second."""
+        members = self.members
+        if (members is None or broker_id not in members) and (
+                self._members_read_ms is None
+                or self.clock_ms() - self._members_read_ms >= MEMBERS_REREAD_MS):
+            await asyncio.shield(self._refresh_members_soon())
+        return ha_peer_refusal(
+            broker_id, peer, own_id=self.broker_id, members=self.members,
+            check_address=self.config.pyrmq_ha_check_peer_address)
 
     async def _handle_replica_info(self, master_id: int | None, master_address: str | None,
                                    master_epoch: int | None, sss: SyncStateSet) -> None:
         await self._handle(_view(master_id, master_address, master_epoch, sss.sync_state_set,
                                  sss.sync_state_set_epoch), Source.POLL)
+
+    async def refresh_controller_addrs(self) -> None:
+        """Resolve a DNS `controllerAddr` again (fetchControllerAddrByDnsLookup; Java: every
+        120 s). A lookup that fails keeps the addresses the client has (as Java does)."""
+        try:
+            addrs = await lookup_controller_addrs(self.config.controller_addr,
+                                                  getaddrinfo=self._getaddrinfo)
+        except ControllerAddressLookupError as err:
+            log.warning("controller address lookup failed, keeping %s: %s",
+                        ";".join(self.client.addrs), err)
+            return
+        if addrs != self.client.addrs:
+            log.info("controller addresses changed old=%s new=%s", ";".join(self.client.addrs),
+                     ";".join(addrs))
+            await self.client.update_addrs(addrs)
 
     async def _refresh_leader(self) -> None:
         await self.client.find_leader()
@@ -435,6 +522,7 @@ class ReplicasManager:
         # that reached the leader.
         self.lease.renew(self._last_heartbeat_ms if self._last_heartbeat_ms is not None
                          else self.clock_ms())
+        self._refresh_members_soon()  # for the slaves' handshakes, meanwhile
         try:
             await ha.become_master(action.master_epoch, action.sync_state_set,
                                    action.sync_state_set_epoch)

@@ -18,6 +18,7 @@ each mapped to a snake_case field; `brokerChannelExpiredTime` is pyrmq's (a cons
 | `electMasterMaxRetryCount` | `elect_master_max_retry_count` | 3 |
 | `enableElectUncleanMaster` | `enable_elect_unclean_master` | false |
 | `notifyBrokerRoleChanged` | `notify_broker_role_changed` | true |
+| `pyrmqAdminAllowlist` (pyrmq's) | `pyrmq_admin_allowlist` | unset: anyone (IPs, networks; `,`) |
 
 With `enableControllerInNamesrv` the controller codes are served on `listenPort` beside the
 name-server codes (one address is both `namesrvAddr` and `controllerAddr`), and, if
@@ -26,7 +27,8 @@ name-server codes (one address is both `namesrvAddr` and `controllerAddr`), and,
 the live-broker table starts empty, and a slave whose first heartbeat beats the master's must
 not make the controller replace a healthy master. Its event log
 lives in `controllerStorePath`. `scanNotActiveBrokerInterval` paces both the name server's and
-the controller's expiry scans.
+the controller's expiry scans. `pyrmqAdminAllowlist` restricts the operator's requests
+(controller/admin_allowlist.py) to the clients it names.
 
 Values are trimmed (Java trims only strings; a number with a trailing blank is silently ignored
 there). A bad value is a `ConfigError` naming the file, the line, the key and the value; an
@@ -41,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from controller.admin_allowlist import IPNetwork, parse_allowlist
 from controller.errors import ConfigError
 from controller.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
 from remoting.fastjson import java_int
@@ -67,6 +70,7 @@ class ControllerConfig:
     elect_master_max_retry_count: int = 3
     enable_elect_unclean_master: bool = False
     notify_broker_role_changed: bool = True
+    pyrmq_admin_allowlist: tuple[IPNetwork, ...] | None = None
 
     def properties(self, *, important_only: bool = False) -> list[tuple[str, str]]:
         """(key, value) for every key, in the module table's order, as `-p` prints them;
@@ -108,6 +112,8 @@ def _bool(text: str) -> bool:
 def _shown(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, tuple):
+        return ",".join(str(part) for part in value)
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
@@ -144,6 +150,7 @@ _KEYS: Final = (
     _Key("electMasterMaxRetryCount", "elect_master_max_retry_count", _int_in(1, 100)),
     _Key("enableElectUncleanMaster", "enable_elect_unclean_master", _bool),
     _Key("notifyBrokerRoleChanged", "notify_broker_role_changed", _bool),
+    _Key("pyrmqAdminAllowlist", "pyrmq_admin_allowlist", parse_allowlist),
 )
 _KEYS_BY_NAME: Final = {key.name: key for key in _KEYS}
 assert {key.attr for key in _KEYS} == {f.name for f in dataclasses.fields(ControllerConfig)}

@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
+from controller.admin_allowlist import admin_refusal
 from controller.config import ControllerConfig
 from controller.controller_manager import CONTROLLER_CODES, ControllerManager
 from controller.errors import RegisterBrokerRefusedError
@@ -267,9 +268,7 @@ class ControllerServer:
                 len(request.body),
             )
         if self._controller is not None and request.code in CONTROLLER_CODES:
-            return await self._controller.handle(
-                connection, self._channel_of(connection), request
-            )
+            return await self._handle_controller(connection, request)
         match request.code:
             case RequestCode.REGISTER_BROKER:
                 return self._register_broker(connection, request)
@@ -292,6 +291,18 @@ class ControllerServer:
         assert self._controller is not None
         if request.code not in CONTROLLER_CODES:
             return request_code_not_supported(request)
+        return await self._handle_controller(connection, request)
+
+    async def _handle_controller(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        assert self._controller is not None
+        refusal = admin_refusal(request.code, request.ext_fields, connection.peer,
+                                self._config.pyrmq_admin_allowlist)
+        if refusal is not None:
+            log.warning("admin request refused peer=%s code=%d reason=%s", connection.peer,
+                        request.code, refusal)
+            return request.make_response(ResponseCode.NO_PERMISSION, remark=refusal)
         return await self._controller.handle(connection, self._channel_of(connection), request)
 
     def _register_broker(

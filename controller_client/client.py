@@ -17,6 +17,7 @@ first use and reopened after it closes; every request has a deadline (`request_t
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -72,11 +73,6 @@ class BrokerIdentityMismatchError(ControllerError):
     """A broker identity file names another cluster or broker than the config (§4.4 step 2)."""
 
 
-def parse_controller_addrs(controller_addr: str) -> tuple[str, ...]:
-    """`controllerAddr` (`"ip:port;ip:port"`) as addresses, blanks dropped."""
-    return tuple(part.strip() for part in controller_addr.split(";") if part.strip())
-
-
 @dataclass(frozen=True, slots=True)
 class Registration:
     """The outcome of CONTROLLER_REGISTER_BROKER: this broker's id and what it knows of the set."""
@@ -105,6 +101,15 @@ class ControllerClient:
         self.leader_addr: str | None = None
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+
+    async def update_addrs(self, addrs: tuple[str, ...]) -> None:
+        """Use `addrs` from now on (a DNS lookup found others); connections to addresses no
+        longer listed are closed. An empty list changes nothing."""
+        if not addrs or addrs == self.addrs:
+            return
+        self.addrs = addrs
+        for addr in [a for a in self._clients if a not in addrs]:
+            await self._clients.pop(addr).close()
 
     async def _client(self, addr: str) -> RemotingClient:
         client = self._clients.get(addr)
@@ -295,6 +300,17 @@ class ControllerClient:
             GetReplicaInfoResponseHeader.from_ext_fields(response.ext_fields),
             SyncStateSet.decode(response.body) if response.body else SyncStateSet(),
         )
+
+    async def get_sync_state_data(self, broker_name: str) -> bytes:
+        """CONTROLLER_GET_SYNC_STATE_DATA for one broker set: the response body, a JSON
+        `BrokerReplicasInfo` (every registered id with its address; decoded by
+        controller.messages)."""
+        response = await self._invoke_leader(
+            "CONTROLLER_GET_SYNC_STATE_DATA",
+            RemotingCommand.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                                    body=json.dumps([broker_name]).encode()),
+        )
+        return response.body
 
     async def alter_sync_state_set(
         self, broker_name: str, master_broker_id: int, master_epoch: int, proposed: SyncStateSet

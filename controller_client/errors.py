@@ -8,6 +8,7 @@
   `ControllerBrokerIdInvalidError` -> ask for the next id again, ...). `response_error()` maps a
   code to its class; a code without one gives a plain `ControllerResponseError`.
 - `ControllerUnavailableError`: no controller in `controllerAddr` answered, or none knows a leader.
+- `ControllerAddressLookupError`: a DNS-looked-up `controllerAddr` is malformed or does not resolve.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ class ControllerError(Exception):
 
 class ControllerUnavailableError(ControllerError):
     """No controller answered, or none of them knows a leader, before the deadline."""
+
+
+class ControllerAddressLookupError(ControllerError):
+    """`controllerAddr` with `fetchControllerAddrByDnsLookup=true` is not one `domain:port`, or
+    the domain does not resolve to any IPv4 address."""
 
 
 class ControllerResponseError(ControllerError):

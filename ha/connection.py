@@ -16,9 +16,9 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Final
 
-from ha.errors import HAError
+from ha.errors import HAError, HandshakeRefusedError
 from ha.flow import FlowMeter
-from ha.frames import SlaveFrameDecoder
+from ha.frames import SlaveFrameDecoder, SlaveHandshake
 from ha.master_protocol import MasterConnectionProtocol
 
 if TYPE_CHECKING:
@@ -99,6 +99,11 @@ class HAConnection:
             self._decoder.feed(data)
             while (frame := self._decoder.next_frame()) is not None:
                 first_ack = self.protocol.slave_request_offset is None
+                if (isinstance(frame, SlaveHandshake) and service.peer_refusal is not None
+                        and self.protocol.slave_broker_id is None):
+                    refusal = await service.peer_refusal(frame.slave_broker_id, self.peer)
+                    if refusal is not None:
+                        raise HandshakeRefusedError(f"HANDSHAKE refused: {refusal}")
                 acked = self.protocol.receive(frame, replica_ids=service.replica_ids(),
                                               store=service.store_view())
                 if acked is not None:

@@ -27,7 +27,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from ha.client import HAClient
@@ -139,11 +139,15 @@ class AutoSwitchHAService:
         replica_ids: Callable[[], Collection[int]],
         propose_sync_state_set: ProposeSyncStateSet,
         clock_ms: Callable[[], int] = monotonic_ms,
+        peer_refusal: Callable[[int, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.clock_ms = clock_ms
         self._replica_ids = replica_ids
+        # Why a slave id's handshake from a peer address is refused, beyond `replica_ids`
+        # (the broker's check against the controller's members, M16); None: no such check.
+        self.peer_refusal = peer_refusal
         self._propose = propose_sync_state_set
         self.role = HARole.NONE
         self.master_epoch: int | None = None

@@ -53,6 +53,7 @@ def test_print_config_items_and_exit(tmp_path: Path) -> None:
         "electMasterMaxRetryCount=3",
         "enableElectUncleanMaster=false",
         "notifyBrokerRoleChanged=true",
+        "pyrmqAdminAllowlist=",
     ]
     important = run_cli("-c", str(conf), "-m")
     assert important.returncode == 0, important.stderr

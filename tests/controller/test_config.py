@@ -104,6 +104,7 @@ def test_print_lists() -> None:
         ("electMasterMaxRetryCount", "3"),
         ("enableElectUncleanMaster", "false"),
         ("notifyBrokerRoleChanged", "true"),
+        ("pyrmqAdminAllowlist", ""),
     ]
     assert config.properties(important_only=True) == [
         ("listenPort", "9876"),

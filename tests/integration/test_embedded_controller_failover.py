@@ -1,14 +1,19 @@
 """Three pyrmq brokers in controller mode under pyrmq's EMBEDDED controller: no Java at all.
 
 The failover scenarios of tests/interop/test_controller_mode.py (same broker settings, load,
-checks and helpers) with `pyrmq-controller` (one address is the name server and the
-controller) in place of the Java ControllerStartup, seeded (`PYRMQ_SEED` replays one), each
-printing acked / lost / failover seconds:
+checks: tests/interop/controller_group.py) with `pyrmq-controller` (one address is the name
+server and the controller) in place of the Java ControllerStartup, seeded (`PYRMQ_SEED` replays
+one), each printing acked / lost / failover seconds:
 - kill -9 of the master under an allAck (sync-ack) load: no acknowledged message is lost, the
   controller elects a new master from the SyncStateSet, the old master restarted on its store
   rejoins as a slave and cuts only its unconfirmed tail (all commitlogs end byte-identical),
   `pyrmq-admin getSyncStateSet` shows the new master and all three in the set, and no queue
   offset is handed out twice;
+- SIGSTOP of the master under that load past the heartbeat timeout: another member is elected;
+  the paused master, resumed, answers the sends queued meanwhile with a definite error (its
+  lease ran out, M17), never SUCCESS, then rejoins as a slave; nothing acked is lost;
+- kill -9 of the master and an immediate restart on its store: a consumer pulling from every
+  broker never sees a queue offset go back or served with two bodies (RocketMQ #6344, #7689);
 - kill -9 of everything, the controller included, under load, then a restart on the same stores
   and ports: the controller replays its event log (same broker ids, masterEpoch goes on from
   where it was), a master serves again with all three in its SyncStateSet, nothing acked lost;
@@ -19,96 +24,44 @@ printing acked / lost / failover seconds:
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pyrmq_client import BrokerClient, Message
 from remoting.codes import ResponseCode
-from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
-from tests.interop.test_controller_mode import (
+from tests.interop.controller_group import (
     START_TIMEOUT_S,
     Group,
     Load,
     check_no_loss,
     commitlog,
     controller_id,
+    env,
     first_success,
     kill_the_master_under_sync_ack_load,
+    master_sync_state_set,
+    pause_the_master_past_the_heartbeat_timeout,
+    pyrmq_admin,
+    restart_the_master_at_once,
     role_of,
-    sync_state_set_of,
+    seed,
+    start_embedded_controller,
+    start_group,
 )
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+
+__all__ = ["env", "seed"]  # fixtures
 
 pytestmark = pytest.mark.timeout(300)
-
-REPO = Path(__file__).resolve().parents[2]
-# The embedded controller scans as often as the Java one in test_controller_mode.py.
-CONTROLLER_CONF: dict[str, str | int | bool] = {
-    "scanNotActiveBrokerInterval": 1000,
-    "scanInactiveMasterInterval": 1000,
-}
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
-    with PyrmqEnv(tmp_path / "pyrmq") as made:
-        yield made
-
-
-@pytest.fixture
-def seed() -> int:
-    value = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
-    print(f"seed={value} (PYRMQ_SEED={value} replays it)")
-    return value
 
 
 def start_embedded_group(env: PyrmqEnv, controller_store: Path) -> Group:
     """pyrmq-controller (name server and controller on one address) and brokers b1..b3."""
-    namesrv = env.start_namesrv(name="controller", store_dir=controller_store,
-                                extra_conf=CONTROLLER_CONF)
-    group = Group(namesrv.addr, namesrv, [])
-    for name in ("b1", "b2", "b3"):
-        group.brokers.append(group.start_broker(env, name))
-    master = group.master()
-    assert sorted(controller_id(p) for p in group.brokers) == [1, 2, 3]
-    wait_until(lambda: sync_state_set_of(master) == {1, 2, 3}, timeout_s=START_TIMEOUT_S,
-               what="both slaves in the master's SyncStateSet", process=master)
-    return group
-
-
-_SET = re.compile(r"became master .*sync_state_set=\[([\d, ]*)\]|"
-                  r"sync_state_set applied old=\[[\d, ]*\] new=\[([\d, ]*)\]")
-
-
-def master_sync_state_set(process: PyrmqProcess) -> set[int] | None:
-    """The SyncStateSet this master holds: the last one it took on becoming master (a replayed
-    set) or applied since."""
-    found = [m.group(1) if m.group(1) is not None else m.group(2)
-             for m in _SET.finditer(process.log())]
-    return None if not found else {int(x) for x in found[-1].split(",") if x.strip()}
-
-
-def pyrmq_admin(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "controller.admin", *args], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def wait_for_master(group: Group) -> PyrmqProcess:
-    def one_master() -> bool:
-        return sum((role_of(p) or ("", 0))[0] == "master" for p in group.brokers) == 1
-
-    wait_until(one_master, timeout_s=START_TIMEOUT_S, what="one broker became master")
-    return group.master()
+    return start_group(env, None, start_embedded_controller(env, controller_store))
 
 
 async def test_kill_the_master_under_sync_ack_load(
@@ -119,6 +72,20 @@ async def test_kill_the_master_under_sync_ack_load(
         group, env, random.Random(seed),
         lambda: pyrmq_admin("getSyncStateSet", "-a", group.controller, "-b", "broker-a"),
         controller="embedded controller")
+
+
+async def test_a_paused_master_acknowledges_nothing_after_its_lease(
+    env: PyrmqEnv, tmp_path: Path, seed: int,
+) -> None:
+    group = start_embedded_group(env, tmp_path / "controller-store")
+    await pause_the_master_past_the_heartbeat_timeout(group, random.Random(seed),
+                                                      controller="embedded controller")
+
+
+async def test_restart_the_master_at_once(env: PyrmqEnv, tmp_path: Path, seed: int) -> None:
+    group = start_embedded_group(env, tmp_path / "controller-store")
+    await restart_the_master_at_once(group, env, random.Random(seed),
+                                     controller="embedded controller")
 
 
 async def test_kill_everything_including_the_controller_and_restart(
@@ -145,8 +112,8 @@ async def test_kill_everything_including_the_controller_and_restart(
     acked_before = len(load.acked)
 
     started = time.monotonic()
-    namesrv = env.start_namesrv(name="controller-again", store_dir=controller_store,
-                                listen_port=group.namesrv.port, extra_conf=CONTROLLER_CONF)
+    namesrv = start_embedded_controller(env, controller_store, name="controller-again",
+                                        listen_port=group.namesrv.port)
     old = group.brokers
     group = Group(namesrv.addr, namesrv, [])
     # All at once: the replayed SyncStateSet may hold one broker only (the controller, if it
@@ -156,7 +123,7 @@ async def test_kill_everything_including_the_controller_and_restart(
         group.start_broker, env, f"{process.name}-again", store_dir=process.store_dir,
         listen_port=process.port) for process in old)))
     assert {p.name.removesuffix("-again"): controller_id(p) for p in group.brokers} == ids
-    new = wait_for_master(group)
+    new = group.wait_for_master()
     role = role_of(new)
     assert role is not None
     assert role[1] >= epoch_before  # the replayed log goes on; no epoch went back

@@ -58,10 +58,10 @@ from pyrmq_client import BrokerClient, Message
 from remoting.codes import ResponseCode
 from store.epoch_file import EPOCH_FILE_NAME, parse_epoch_file
 from store.errors import CorruptFileError
+from tests.interop.controller_group import BROKER_CONF, TOPIC, bodies_in
 from tests.interop.harness import JavaEnv, JavaServer
 from tests.interop.network import free_port
 from tests.interop.pyrmq_env import COMMITLOG_FILE_BYTES, PyrmqEnv, PyrmqProcess
-from tests.interop.test_controller_mode import BROKER_CONF, TOPIC, bodies_in
 
 # One test runs a whole group through every row: above the suite's 300 s on a loaded machine.
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]

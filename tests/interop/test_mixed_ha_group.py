@@ -1,304 +1,164 @@
-"""One controller-mode broker set of a real Apache RocketMQ broker (each release) and a pyrmq
-broker: replication and failover across the two implementations, in both directions.
+"""One controller-mode broker set of two pyrmq brokers and a real Apache RocketMQ broker (each
+release): replication and failover across the two implementations, in both directions, under
+the real Java `ControllerStartup` of each release (with pyrmq's name server): one group per
+release. (The scenario also takes pyrmq's embedded controller, `mixed_group_fails_over_both_ways`.)
 
-The controller is pyrmq's embedded one (`python -m controller`, also the name server of both
-brokers): no extra JVM. Both brokers use `allAckInSyncStateSet=true` and 1 MiB commitlog files
-(a slave writes the master's bytes at the master's offsets, file ends included, so the file size
-must match). The pyrmq broker runs with `forceVerifyPropCRC=false` (Java's default): with
-pyrmq's default (true) a Java master's records, which carry no `__CRC32#` property, are invalid
-to pyrmq, and the promoted pyrmq slave cut its whole replicated log back to 0, acknowledged
-messages included (tests/unit/test_foreign_records.py, xfail strict, shows it on the store).
+Every broker uses `allAckInSyncStateSet=true` and 1 MiB commitlog files (a slave writes the
+master's bytes at the master's offsets, file ends included, so the file size must match). The
+pyrmq brokers run with `forceVerifyPropCRC=false` (Java's default): with pyrmq's default (true)
+a Java master's records, which carry no `__CRC32#` property, are invalid to pyrmq, and a promoted
+pyrmq slave refuses to lead (tests/unit/test_foreign_records.py).
 
-- `test_java_master_pyrmq_slave`: the Java broker starts first and is elected master; the pyrmq
-  broker becomes its slave and joins the SyncStateSet (the controller's GET_REPLICA_INFO and the
-  real `mqadmin getSyncStateSet`). The Java producer (sync sends through the name server) writes;
-  the pyrmq slave's commitlog equals the Java master's byte for byte over the written range.
-  Then the Java master is killed (SIGKILL) under a sync-ack load; the pyrmq broker is elected;
-  the Java broker restarted on its store and address rejoins as a slave (SyncStateSet {1, 2}),
-  its commitlog equal to pyrmq's; no acknowledged message is lost.
-- `test_pyrmq_master_java_slave`: the same with the roles swapped.
-
-Seeded (the seed is printed, `PYRMQ_SEED` replays one); each prints acked / lost / failover
-seconds (noisy single samples on a shared machine, never asserted).
+The scenario (seeded: the seed is printed, `PYRMQ_SEED` replays one):
+1. pyrmq p1 is elected master; pyrmq p2 and the Java broker j3 join as slaves and the
+   SyncStateSet {p1, p2, j3}; under sync sends j3's and p2's commitlogs equal p1's byte for byte.
+2. pyrmq -> Java: p2 stops (so the Java broker is the only other in-sync member), the set
+   shrinks to {p1, j3}; p1 is killed (SIGKILL) under a sync-ack load; j3 is elected and answers
+   sends as master.
+3. p2 restarts on its store: the Java master's slave, back in the set, its commitlog equal to
+   j3's.
+4. Java -> pyrmq: j3 is killed under a sync-ack load; p2 is elected and answers as master.
+5. j3 restarts on its store: p2's slave, back in the set, its commitlog equal to p2's.
+No acknowledged message is lost (all are in p2's store) and no queue offset was handed out
+twice. Each run prints acked / lost / both failover times (noisy single samples on a shared
+machine, never asserted).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from broker.errors import BrokerClientError
-from controller_client.client import ControllerClient, ReplicaInfo
-from pyrmq_client import BrokerClient, Message
-from remoting.codes import ResponseCode
-from remoting.errors import RemotingError
-from tests.interop.harness import JavaEnv, JavaServer
-from tests.interop.network import free_port
-from tests.interop.pyrmq_env import COMMITLOG_FILE_BYTES, PyrmqEnv, PyrmqProcess, wait_until
-from tests.interop.test_controller_mode import (
-    BROKER_CONF,
-    TOPIC,
+from controller_client.client import ReplicaInfo
+from tests.interop.controller_group import (
+    BROKER,
+    JAVA_START_TIMEOUT_S,
+    MIXED_CONF,
+    MIXED_PYRMQ_CONF,
+    START_TIMEOUT_S,
+    Group,
     Load,
     bodies_in,
+    commitlog,
+    controller_id,
+    env,
+    first_success,
     role_of,
+    seed,
+    start_embedded_controller,
+    start_java_controller,
+    wait_identical,
+    wait_replica_info,
 )
+from tests.interop.harness import JavaEnv, JavaServer
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+
+__all__ = ["env", "seed"]  # fixtures
 
 pytestmark = pytest.mark.interop
 
-BROKER = "broker-a"
-START_TIMEOUT_S = 60.0
-CATCH_UP_S = 60.0
-JAVA_MESSAGES = 200
-MIXED_CONF: dict[str, str | int | bool] = {
-    **BROKER_CONF,
-    "brokerIP1": "127.0.0.1",
-    "brokerIP2": "127.0.0.1",
-    "mappedFileSizeCommitLog": COMMITLOG_FILE_BYTES,
-}
+
+def members(*brokers: PyrmqProcess | JavaServer) -> Callable[[ReplicaInfo], bool]:
+    """A `wait_replica_info` condition: the SyncStateSet is exactly these brokers' ids."""
+    ids = {controller_id(b) for b in brokers}
+    return lambda info: info.sync_state_set.sync_state_set == ids
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
-    with PyrmqEnv(tmp_path / "pyrmq") as made:
-        yield made
-
-
-@pytest.fixture
-def seed() -> int:
-    value = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
-    print(f"seed={value} (PYRMQ_SEED={value} replays it)")
-    return value
-
-
-def start_java(java_env: JavaEnv, controller: PyrmqProcess, name: str, *,
-               listen_port: int | None = None, store_dir: Path | None = None) -> JavaServer:
-    return java_env.start_java_broker(
-        controller.addr, listen_port=listen_port, store_dir=store_dir, name=name,
-        timeout_s=START_TIMEOUT_S, extra_conf={**MIXED_CONF, "controllerAddr": controller.addr})
-
-
-def start_pyrmq(env: PyrmqEnv, controller: PyrmqProcess, name: str, *,
-                listen_port: int | None = None, store_dir: Path | None = None) -> PyrmqProcess:
-    return env.start_broker(
-        controller, name=name, listen_port=listen_port, store_dir=store_dir,
-        timeout_s=START_TIMEOUT_S,
-        extra_conf={**MIXED_CONF, "controllerAddr": controller.addr, "haListenPort": free_port(),
-                    # Java's default: a Java master's records carry no __CRC32# property (its
-                    # enabledAppendPropCRC defaults to false); pyrmq's default (true) takes
-                    # them as invalid and a promoted pyrmq slave cut the whole replicated log
-                    # (tests/store/test_foreign_records.py shows it, xfail).
-                    "forceVerifyPropCRC": False})
-
-
-async def wait_replica_info(controller: PyrmqProcess, done: Callable[[ReplicaInfo], bool], *,
-                            what: str, timeout_s: float = START_TIMEOUT_S) -> ReplicaInfo:
-    client = ControllerClient((controller.addr,))
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            info = await client.get_replica_info(BROKER)
-            if done(info):
-                return info
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: last {info}")
-            await asyncio.sleep(0.1)
-    finally:
-        await client.close()
-
-
-def commitlog_of(directory: Path) -> bytes:
-    return b"".join(path.read_bytes() for path in sorted(directory.iterdir()))
-
-
-def java_commitlog(server: JavaServer) -> bytes:
-    assert server.store_dir is not None
-    return commitlog_of(server.store_dir / "commitlog")
-
-
-def pyrmq_commitlog(process: PyrmqProcess) -> bytes:
-    assert process.store_dir is not None
-    return commitlog_of(process.store_dir / "commitlog")
-
-
-def written(log: bytes) -> int:
-    """The end of the written range (file preallocation is zeros; a record never ends in 0)."""
-    return len(log.rstrip(b"\0"))
-
-
-async def wait_identical(master: Callable[[], bytes], slave: Callable[[], bytes], *,
-                         what: str, at_least: int = 1) -> int:
-    """Wait until the slave holds the master's written range byte for byte; its length."""
-    deadline = time.monotonic() + CATCH_UP_S
-    while True:
-        expected = master()
-        end = written(expected)
-        got = slave()
-        if end >= at_least and got[:end] == expected[:end] and written(got) == end:
-            return end
-        if time.monotonic() > deadline:
-            first = next((i for i in range(min(end, len(got))) if got[i] != expected[i]), None)
-            raise AssertionError(
-                f"{what}: the slave's commitlog differs: master written={end}, slave "
-                f"written={written(got)}, first differing byte at {first}")
-        await asyncio.sleep(0.2)
-
-
-async def first_success(address: str, load: Load, deadline_s: float) -> None:
-    """One send every 50 ms until `address` answers SUCCESS (it became master)."""
-    host, port = address.rsplit(":", 1)
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        body = load.body("probe")
-        try:
-            async with await BrokerClient.connect(host, int(port)) as client:
-                result = await client.send(Message(TOPIC, body), producer_group="fo",
-                                           queue_id=0, timeout_ms=3000)
-        except (BrokerClientError, RemotingError, OSError):
-            await asyncio.sleep(0.05)
-            continue
-        if result.code == ResponseCode.SUCCESS:
-            load.acked.append(body)
-            load.offsets.append(result.queue_offset)
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{address} never answered a send SUCCESS")
-
-
-async def kill_under_load(load: Load, address: str, kill: Callable[[], None]) -> float:
-    """Sync sends to `address`; SIGKILL once `load.milestone` are acked; the kill's time."""
-    stop = asyncio.Event()
-    killed_at = 0.0
-
-    async def killer() -> None:
-        nonlocal killed_at
-        await load.reached.wait()
-        kill()
-        killed_at = time.monotonic()
-        stop.set()
-
-    await asyncio.gather(load.run(address, tag="before", until=stop), killer())
-    return killed_at
-
-
-def show_sync_state_set(java_env: JavaEnv, controller: PyrmqProcess) -> str:
-    return java_env.mqadmin(controller.addr, "getSyncStateSet", "-a", controller.addr,
-                            "-b", BROKER).stdout
-
-
-async def test_java_master_pyrmq_slave(
-    java_env: JavaEnv, env: PyrmqEnv, seed: int,
+async def test_mixed_group_fails_over_both_ways(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int,
 ) -> None:
+    await mixed_group_fails_over_both_ways(java_env, env, tmp_path, seed, "java-controller")
+
+
+async def mixed_group_fails_over_both_ways(
+    java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int, controller_kind: str,
+) -> None:
+    """The module's scenario under "java-controller" (the release's ControllerStartup, pyrmq's
+    name server) or "embedded-controller" (pyrmq's, also the name server). CI runs the Java
+    controller for each release: one group a release (CI time). Under the embedded controller
+    the scenario passed once with a 5.3.3 broker on 2026-11-25 (README); Java brokers of both
+    releases run under it in CI in test_java_brokers_pyrmq_controller.py."""
     rng = random.Random(seed)
     started = time.monotonic()
-    controller = env.start_namesrv(name="controller")
-    java = start_java(java_env, controller, "java-b1")
-    await wait_replica_info(controller, lambda i: i.header.master_address == java.addr,
-                            what="the Java broker elected master")
-    ours = start_pyrmq(env, controller, "pyrmq-b2")
-    info = await wait_replica_info(controller, lambda i: len(i.sync_state_set.sync_state_set) == 2,
-                                   what="the pyrmq slave in the SyncStateSet")
-    java_id = info.header.master_broker_id
-    assert java_id is not None
-    (pyrmq_id,) = info.sync_state_set.sync_state_set - {java_id}
-    shown = show_sync_state_set(java_env, controller)
-    assert re.search(rf"#MasterAddr\s+{re.escape(java.addr)}\b", shown), shown
-    assert sorted(int(i) for i in re.findall(r"brokerId=(\d+),.*alive=true", shown)) == \
-        sorted([java_id, pyrmq_id]), shown
+    if controller_kind == "java-controller":
+        controller = start_java_controller(java_env, tmp_path / "controller")
+        namesrv = env.start_namesrv()
+    else:
+        namesrv = start_embedded_controller(env, tmp_path / "controller-store")
+        controller = namesrv.addr
+    group = Group(controller, namesrv, [])
+    label = f"{controller_kind} (RocketMQ {java_env.version})"
 
-    # The Java producer writes through the name server to the Java master (sync sends, each
-    # acked once the pyrmq slave has it: allAckInSyncStateSet).
-    produced = java_env.produce(controller.addr, TOPIC, JAVA_MESSAGES, "sync")
-    assert len(produced.sent) == JAVA_MESSAGES
-    replicated = await wait_identical(lambda: java_commitlog(java), lambda: pyrmq_commitlog(ours),
-                                      what="Java master -> pyrmq slave")
+    def start_java(name: str, *, again: JavaServer | None = None) -> JavaServer:
+        return java_env.start_java_broker(
+            namesrv.addr, name=name, timeout_s=JAVA_START_TIMEOUT_S,
+            listen_port=None if again is None else int(again.addr.rsplit(":", 1)[1]),
+            store_dir=None if again is None else again.store_dir,
+            extra_conf={**MIXED_CONF, "controllerAddr": controller})
 
-    # kill -9 of the Java master under sync sends: the pyrmq slave is elected.
-    load = Load(rng, milestone=rng.randint(200, 800))
-    killed_at = await kill_under_load(load, java.addr, java.process.kill)
-    acked_before = len(load.acked)
-    await first_success(ours.addr, load, deadline_s=30)
-    failover_s = time.monotonic() - killed_at
-    role = role_of(ours)
-    assert role is not None
-    assert role[0] == "master"
-    await load.run(ours.addr, tag="after", until=asyncio.Event(), count=200)
-
-    # The Java broker restarted on its store and address rejoins as the pyrmq master's slave.
-    back = start_java(java_env, controller, "java-b1-again", listen_port=int(java.addr.rsplit(
-        ":", 1)[1]), store_dir=java.store_dir)
-    info = await wait_replica_info(
-        controller, lambda i: i.header.master_address == ours.addr
-        and i.sync_state_set.sync_state_set == {java_id, pyrmq_id},
-        what="the restarted Java broker back in the SyncStateSet")
-    await load.run(ours.addr, tag="rejoined", until=asyncio.Event(), count=100)
-    rejoined = await wait_identical(lambda: pyrmq_commitlog(ours), lambda: java_commitlog(back),
-                                    what="pyrmq master -> restarted Java slave")
-    assert ours.terminate() == 0
-    stored = bodies_in(ours)
-    lost = len(set(load.acked) - stored)
-    print(f"Java master, pyrmq slave: replicated {replicated} bytes identical; kill -9 of the "
-          f"Java master: acked={len(load.acked)} (before the kill {acked_before}) lost={lost} "
-          f"failover_s={failover_s:.2f} refused={load.refused} unknown={load.unknown}; "
-          f"Java rejoined, {rejoined} bytes identical; total_s={time.monotonic() - started:.1f}")
-    assert lost == 0
-    assert len(set(load.offsets)) == len(load.offsets)
-
-
-async def test_pyrmq_master_java_slave(
-    java_env: JavaEnv, env: PyrmqEnv, seed: int,
-) -> None:
-    rng = random.Random(seed)
-    started = time.monotonic()
-    controller = env.start_namesrv(name="controller")
-    ours = start_pyrmq(env, controller, "pyrmq-b1")
-    await wait_replica_info(controller, lambda i: i.header.master_address == ours.addr,
-                            what="the pyrmq broker elected master")
-    java = start_java(java_env, controller, "java-b2")
-    info = await wait_replica_info(controller, lambda i: len(i.sync_state_set.sync_state_set) == 2,
-                                   what="the Java slave in the SyncStateSet")
-    pyrmq_id = info.header.master_broker_id
-    assert pyrmq_id is not None
-    (java_id,) = info.sync_state_set.sync_state_set - {pyrmq_id}
-
-    produced = java_env.produce(controller.addr, TOPIC, JAVA_MESSAGES, "sync")
-    assert len(produced.sent) == JAVA_MESSAGES
-    replicated = await wait_identical(lambda: pyrmq_commitlog(ours), lambda: java_commitlog(java),
+    # 1. p1 master, p2 and j3 its slaves.
+    p1 = group.start_broker(env, "p1", conf=MIXED_PYRMQ_CONF)
+    await wait_replica_info(controller, lambda i: i.header.master_address == p1.addr,
+                            what="p1 elected master")
+    p2 = group.start_broker(env, "p2", conf=MIXED_PYRMQ_CONF)
+    j3 = start_java("j3")
+    group.brokers = [p1, p2]
+    await wait_replica_info(controller, members(p1, p2, j3), what="p2 and j3 in the set")
+    load = Load(rng)
+    await load.run(p1.addr, tag="start", until=asyncio.Event(), count=rng.randint(50, 200))
+    replicated = await wait_identical(lambda: commitlog(p1), lambda: commitlog(j3),
                                       what="pyrmq master -> Java slave")
+    await wait_identical(lambda: commitlog(p1), lambda: commitlog(p2),
+                         what="pyrmq master -> pyrmq slave")
 
-    load = Load(rng, milestone=rng.randint(200, 800))
-    killed_at = await kill_under_load(load, ours.addr, ours.kill)
-    acked_before = len(load.acked)
-    await first_success(java.addr, load, deadline_s=30)
-    failover_s = time.monotonic() - killed_at
-    await wait_replica_info(controller, lambda i: i.header.master_address == java.addr,
-                            what="the Java broker master at the controller")
-    await load.run(java.addr, tag="after", until=asyncio.Event(), count=200)
+    # 2. pyrmq -> Java: with p2 stopped, j3 is the only other member the controller can elect.
+    assert p2.terminate() == 0, p2.diagnostics()
+    await wait_replica_info(controller, members(p1, j3), what="the set shrunk to {p1, j3}")
+    killed_at = await load.until_killed(p1.addr, p1.kill, after=rng.randint(100, 400))
+    await first_success([j3], load, deadline_s=30)
+    to_java_s = time.monotonic() - killed_at
+    await wait_replica_info(controller, lambda i: i.header.master_address == j3.addr,
+                            what="j3 master at the controller")
+    await load.run(j3.addr, tag="java-master", until=asyncio.Event(), count=100)
 
-    back = start_pyrmq(env, controller, "pyrmq-b1-again", listen_port=ours.port,
-                       store_dir=ours.store_dir)
-    wait_until(lambda: (role_of(back) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
-               what="the restarted pyrmq broker rejoined as a slave", process=back)
-    await wait_replica_info(
-        controller, lambda i: i.sync_state_set.sync_state_set == {java_id, pyrmq_id},
-        what="the restarted pyrmq broker back in the SyncStateSet")
-    shown = show_sync_state_set(java_env, controller)
-    assert re.search(rf"#MasterAddr\s+{re.escape(java.addr)}\b", shown), shown
-    await load.run(java.addr, tag="rejoined", until=asyncio.Event(), count=100)
-    rejoined = await wait_identical(lambda: java_commitlog(java), lambda: pyrmq_commitlog(back),
-                                    what="Java master -> restarted pyrmq slave")
-    assert back.terminate() == 0
-    stored = bodies_in(back)
-    lost = len(set(load.acked) - stored)
-    print(f"pyrmq master, Java slave: replicated {replicated} bytes identical; kill -9 of the "
-          f"pyrmq master: acked={len(load.acked)} (before the kill {acked_before}) lost={lost} "
-          f"failover_s={failover_s:.2f} refused={load.refused} unknown={load.unknown}; "
-          f"pyrmq rejoined, {rejoined} bytes identical; total_s={time.monotonic() - started:.1f}")
+    # 3. p2 back, as the Java master's slave.
+    p2 = group.start_broker(env, "p2-again", conf=MIXED_PYRMQ_CONF, store_dir=p2.store_dir,
+                            listen_port=p2.port)
+    group.brokers = [p2]
+    wait_until(lambda: (role_of(p2) or ("", 0))[0] == "slave", timeout_s=START_TIMEOUT_S,
+               what="p2 the Java master's slave", process=p2)
+    await wait_replica_info(controller, members(j3, p2), what="p2 back in the set")
+    await load.run(j3.addr, tag="java-master", until=asyncio.Event(), count=100)
+    from_java = await wait_identical(lambda: commitlog(j3), lambda: commitlog(p2),
+                                     what="Java master -> pyrmq slave")
+
+    # 4. Java -> pyrmq.
+    killed_at = await load.until_killed(j3.addr, j3.process.kill, after=rng.randint(100, 400))
+    await first_success([p2], load, deadline_s=30)
+    to_pyrmq_s = time.monotonic() - killed_at
+    assert (role_of(p2) or ("", 0))[0] == "master"
+    await load.run(p2.addr, tag="pyrmq-master", until=asyncio.Event(), count=100)
+
+    # 5. j3 back, as the pyrmq master's slave.
+    j3 = start_java("j3-again", again=j3)
+    await wait_replica_info(controller, lambda i: i.header.master_address == p2.addr
+                            and members(p2, j3)(i), what="j3 back in the set")
+    await load.run(p2.addr, tag="rejoined", until=asyncio.Event(), count=100)
+    to_java = await wait_identical(lambda: commitlog(p2), lambda: commitlog(j3),
+                                   what="pyrmq master -> restarted Java slave")
+
+    assert p2.terminate() == 0, p2.diagnostics()
+    lost = len(set(load.acked) - bodies_in(p2))
+    print(f"mixed group of {BROKER} under the {label}: replicated {replicated} bytes to the "
+          f"Java slave, {from_java} from the Java master, {to_java} to the restarted Java slave "
+          f"(all byte-identical); acked={len(load.acked)} lost={lost} "
+          f"failover pyrmq->Java {to_java_s:.2f} s, Java->pyrmq {to_pyrmq_s:.2f} s; "
+          f"refused={load.refused} unknown={load.unknown} "
+          f"total_s={time.monotonic() - started:.1f}")
     assert lost == 0
     assert len(set(load.offsets)) == len(load.offsets)
