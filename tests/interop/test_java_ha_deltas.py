@@ -58,7 +58,14 @@ from pyrmq_client import BrokerClient, Message
 from remoting.codes import ResponseCode
 from store.epoch_file import EPOCH_FILE_NAME, parse_epoch_file
 from store.errors import CorruptFileError
-from tests.interop.controller_group import BROKER_CONF, TOPIC, bodies_in
+from tests.interop.controller_group import (
+    BROKER_CONF,
+    TOPIC,
+    bodies_in,
+    commitlog,
+    wait_identical,
+    written,
+)
 from tests.interop.harness import JavaEnv, JavaServer
 from tests.interop.network import free_port
 from tests.interop.pyrmq_env import COMMITLOG_FILE_BYTES, PyrmqEnv, PyrmqProcess
@@ -185,16 +192,6 @@ def store_of(server: JavaServer | PyrmqProcess) -> Path:
     return server.store_dir
 
 
-def commitlog(server: JavaServer | PyrmqProcess) -> bytes:
-    directory = store_of(server) / "commitlog"
-    return b"".join(path.read_bytes() for path in sorted(directory.iterdir()))
-
-
-def written(log: bytes) -> int:
-    """The end of the written range (preallocation is zeros; a record never ends in 0)."""
-    return len(log.rstrip(b"\0"))
-
-
 def epochs(server: JavaServer | PyrmqProcess) -> list[tuple[int, int]]:
     """The (epoch, startOffset) entries of the broker's epoch file. Java rewrites the file in
     place, so a read can catch it half written: read again until it checks (CRC, count)."""
@@ -216,17 +213,8 @@ def epochs(server: JavaServer | PyrmqProcess) -> list[tuple[int, int]]:
 async def identical(master: JavaServer | PyrmqProcess, slave: JavaServer | PyrmqProcess, *,
                     what: str) -> int:
     """Wait until the slave holds the master's written commitlog byte for byte; its end."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        expected, got = commitlog(master), commitlog(slave)
-        end = written(expected)
-        if got[:end] == expected[:end] and written(got) == end:
-            return end
-        if time.monotonic() > deadline:
-            first = next((i for i in range(min(end, len(got))) if got[i] != expected[i]), None)
-            raise AssertionError(f"{what}: master written={end}, slave written={written(got)}, "
-                                 f"first differing byte at {first}")
-        await asyncio.sleep(0.2)
+    return await wait_identical(lambda: commitlog(master), lambda: commitlog(slave), what=what,
+                                at_least=0)
 
 
 # -- sends --------------------------------------------------------------------------------------
