@@ -29,10 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Self
 
-from broker.config import local_address
-from broker.errors import BrokerClientError
-from broker.tag_filter import build_tag_filter
-from broker.uniq_id import UniqIdGenerator
+from pyrmq_client.errors import BrokerClientError
 from remoting.bodies import (
     PERM_READ,
     PERM_WRITE,
@@ -66,6 +63,7 @@ from remoting.headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from remoting.local_address import local_address
 from store.message_format import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -76,6 +74,8 @@ from store.message_format import (
     encode_properties,
     java_string_hash,
 )
+from store.tag_filter import build_tag_filter
+from store.uniq_id import UniqIdGenerator
 
 TIMEOUT_MS_DEFAULT: Final = 3_000
 PULL_TIMEOUT_EXTRA_MS: Final = 5_000

@@ -1,10 +1,11 @@
 """The readers: batch (`BatchReader`) and micro-batch streaming (`StreamReader`).
 
 Planning runs in the driver's Python worker: routes and min/max offsets from the name server
-and brokers (`ClusterClient`, re-resolved each micro-batch). `read()` runs on an executor with
-its own `ClusterClient` (a partition is a small picklable `RangePartition`), pulls its range in
-batches of pullBatchSize and yields one Arrow record batch per pull. Spark's checkpoint holds
-the offsets; the source keeps no state of its own between micro-batches.
+and brokers (`ClusterClient`, re-resolved each micro-batch and after every failed request;
+a read waits up to failoverTimeoutMs for a broker set's new master). `read()` runs on an
+executor with its own `ClusterClient` (a partition is a small picklable `RangePartition`), pulls
+its range in batches of pullBatchSize and yields one Arrow record batch per pull. Spark's
+checkpoint holds the offsets; the source keeps no state of its own between micro-batches.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ async def _starting(client: ClusterClient, options: SourceOptions,
 
 def _plan(options: SourceOptions, work: Callable[[ClusterClient], Awaitable[T]]) -> T:
     async def run() -> T:
-        async with ClusterClient(options.name_server, timeout_ms=PLAN_TIMEOUT_MS) as client:
+        async with ClusterClient(options.name_server, timeout_ms=PLAN_TIMEOUT_MS,
+                                 failover_timeout_ms=options.failover_timeout_ms) as client:
             return await work(client)
 
     return asyncio.run(run())
@@ -98,7 +100,8 @@ class _Reading:
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         loop = asyncio.new_event_loop()
-        client = ClusterClient(self.options.name_server)
+        client = ClusterClient(self.options.name_server,
+                               failover_timeout_ms=self.options.failover_timeout_ms)
         try:
             yield from _pull_range(loop, client, self.options, partition.range)
         finally:

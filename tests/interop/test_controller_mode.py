@@ -33,11 +33,11 @@ from pathlib import Path
 import pytest
 
 from broker.config import load_broker_config
-from broker.errors import BrokerClientError
 from broker.replicas_manager import LOST_COMMITTED_FILE_NAME
 from controller_client.client import ControllerClient
 from controller_client.errors import ControllerError
 from pyrmq_client import BrokerClient, Message
+from pyrmq_client.errors import BrokerClientError
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint

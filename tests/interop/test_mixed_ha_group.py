@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import BrokerClientError
 from controller_client.client import ControllerClient, ReplicaInfo
 from pyrmq_client import BrokerClient, Message
+from pyrmq_client.errors import BrokerClientError
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from tests.interop.harness import JavaEnv, JavaServer
