@@ -197,13 +197,15 @@ class ClusterClient:
 
     async def pull(
         self, group: str, queue: MessageQueue, offset: int, *, max_nums: int = 32,
-        subscription: str = "*", suspend_timeout_ms: int | None = None,
+        subscription: str = "*", suspend_timeout_ms: int | None = None, decode: bool = True,
     ) -> PullResult:
-        """PULL_MESSAGE from the master of `queue`, retried after a route refresh."""
+        """PULL_MESSAGE from the master of `queue`, retried after a route refresh
+        (`BrokerClient.pull` for the arguments)."""
         return await self._read(queue, f"pull @{offset}", lambda client: client.pull(
             group, queue.topic, queue.queue_id, offset, max_nums=max_nums,
             subscription=subscription, suspend_timeout_ms=suspend_timeout_ms,
-            timeout_ms=None if suspend_timeout_ms is not None else self.timeout_ms))
+            timeout_ms=None if suspend_timeout_ms is not None else self.timeout_ms,
+            decode=decode))
 
     async def min_offset(self, queue: MessageQueue) -> int:
         return await self._read(queue, "min offset",

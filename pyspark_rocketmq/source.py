@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pyrmq_client import ClusterClient, MessageQueue, PullResult, PullStatus
-from pyspark_rocketmq.arrow import records_to_batch
+from pyspark_rocketmq.arrow import pull_to_batch
 from pyspark_rocketmq.errors import DataLossError
 from pyspark_rocketmq.options import (
     EARLIEST,
@@ -47,6 +47,7 @@ from pyspark_rocketmq.planning import (
     reconcile,
     split,
 )
+from store.tag_filter import build_tag_filter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -118,10 +119,14 @@ def _pull_range(loop: asyncio.AbstractEventLoop, client: ClusterClient, options:
     if offset == EARLIEST:
         offset = loop.run_until_complete(client.min_offset(queue))
 
+    tag_filter = build_tag_filter(options.sub_expression)
+    tags = None if tag_filter.codes is None else frozenset(
+        tag.strip() for tag in options.sub_expression.split("||") if tag.strip())
+
     def fetch(at: int) -> asyncio.Task[PullResult]:
         task = loop.create_task(client.pull(
             options.group, queue, at, max_nums=min(options.pull_batch_size, part.end - at),
-            subscription=options.sub_expression))
+            subscription=options.sub_expression, decode=False))
         loop.run_until_complete(asyncio.sleep(0))  # let it write the request
         return task
 
@@ -155,10 +160,10 @@ def _pull_range(loop: asyncio.AbstractEventLoop, client: ClusterClient, options:
             if offset < part.end:
                 pending = fetch(offset)
             if pulled.status is PullStatus.FOUND:
-                records = [r for r in pulled.messages if r.queue_offset < part.end]
-                if records:
-                    yield records_to_batch(records, queue.broker_name,
-                                           include_properties=options.include_properties)
+                batch = pull_to_batch(pulled.body, queue.broker_name, end_offset=part.end,
+                                      tags=tags, include_properties=options.include_properties)
+                if batch.num_rows:
+                    yield batch
     finally:
         if pending is not None:
             pending.cancel()
