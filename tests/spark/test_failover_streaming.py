@@ -6,6 +6,11 @@ acknowledged send at the (queue, offset) its acknowledgement named with the body
 
 Messages whose send outcome was unknown (the connection died under it, or the broker stored it
 without confirming the replicas) may be in the output; anything else in it is an error.
+
+The same scenario runs twice: with a Spark streaming query (foreachBatch, checkpoint), and with
+the source's `StreamReader` driven in-process as Spark drives it, which isolates the source's
+own behaviour (routes re-resolved each micro-batch and on every pull error, failoverTimeoutMs)
+from Spark's.
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ from pyrmq_client import (
     Message,
     RetriesExhaustedError,
 )
+from pyspark_rocketmq.options import SourceOptions
+from pyspark_rocketmq.source import StreamReader
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from tests.integration.test_embedded_controller_failover import start_embedded_group
 from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
+from tests.interop.test_controller_mode import Group
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = pytest.mark.timeout(600)
 
 TOPIC = "SparkFailover"
 QUEUES = 2
@@ -54,8 +62,10 @@ class Collector:
         self.batches: dict[int, list[tuple[int, int, bytes]]] = {}
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        rows = [(r.queueId, r.queueOffset, bytes(r.body))
-                for r in df.select("queueId", "queueOffset", "body").collect()]
+        self.add(batch_id, [(r.queueId, r.queueOffset, bytes(r.body))
+                            for r in df.select("queueId", "queueOffset", "body").collect()])
+
+    def add(self, batch_id: int, rows: list[tuple[int, int, bytes]]) -> None:
         with self.lock:
             self.batches[batch_id] = rows
 
@@ -133,15 +143,78 @@ def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
         yield made
 
 
-def test_a_streaming_query_goes_on_on_the_new_master_without_gap_or_duplicate(
-    spark: SparkSession, env: PyrmqEnv, tmp_path: Path,
-) -> None:
+class SparkQuery:
+    """The query under test: `readStream.format("rocketmq")` into foreachBatch, checkpointed."""
+
+    def __init__(self, spark: SparkSession, namesrv: str, checkpoint: Path,
+                 collector: Collector) -> None:
+        self.query = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
+                      .option("topic", TOPIC).option("startingOffsets", "earliest")
+                      .option("failoverTimeoutMs", str(FAILOVER_TIMEOUT_MS)).load()
+                      .writeStream.foreachBatch(collector)
+                      .option("checkpointLocation", str(checkpoint))
+                      .trigger(processingTime="300 milliseconds").start())
+
+    def check(self) -> None:
+        if self.query.exception() is not None or not self.query.isActive:
+            raise AssertionError(f"the query stopped: {self.query.exception()}")
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
+class InProcessQuery:
+    """The same source's `StreamReader`, driven in a thread the way Spark's micro-batch
+    execution drives it (initialOffset once, then latestOffset, partitions, read of each
+    partition and commit per micro-batch, the end offsets kept as the checkpoint would): the
+    source's own failover behaviour, without a JVM."""
+
+    def __init__(self, namesrv: str, collector: Collector) -> None:
+        self.reader = StreamReader(SourceOptions.parse({
+            "nameServer": namesrv, "topic": TOPIC, "startingOffsets": "earliest",
+            "failoverTimeoutMs": str(FAILOVER_TIMEOUT_MS)}, streaming=True))
+        self.collector = collector
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        try:
+            checkpoint = self.reader.initialOffset()
+            batch_id = 0
+            while not self.stopping.wait(0.3):
+                end = self.reader.latestOffset(checkpoint, self.reader.getDefaultReadLimit())
+                if end == checkpoint:
+                    continue
+                batch = [row for part in self.reader.partitions(checkpoint, end)
+                         for arrow in self.reader.read(part)
+                         for row in zip(arrow.column("queueId").to_pylist(),
+                                        arrow.column("queueOffset").to_pylist(),
+                                        arrow.column("body").to_pylist(), strict=True)]
+                self.collector.add(batch_id, batch)
+                self.reader.commit(end)
+                checkpoint, batch_id = end, batch_id + 1
+        except Exception as err:  # noqa: BLE001 (reported by check)
+            self.error = err
+
+    def check(self) -> None:
+        if self.error is not None or not self.thread.is_alive():
+            raise AssertionError(f"the query stopped: {self.error!r}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=DEADLINE_S)
+
+
+def started_group(env: PyrmqEnv, tmp_path: Path) -> Group:
+    """The embedded controller and three brokers, with TOPIC created on the master and known
+    to both slaves and the name server."""
     group = start_embedded_group(env, tmp_path / "controller-store")
-    namesrv = group.namesrv.addr
-    old = group.master()
+    master = group.master()
 
     async def create() -> None:
-        host, port = old.addr.rsplit(":", 1)
+        host, port = master.addr.rsplit(":", 1)
         async with await BrokerClient.connect(host, int(port)) as client:
             await client.create_topic(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
 
@@ -149,23 +222,23 @@ def test_a_streaming_query_goes_on_on_the_new_master_without_gap_or_duplicate(
     for process in group.brokers:  # the slaves learn it by the metadata sync
         wait_until(partial(topic_on, process), timeout_s=DEADLINE_S,
                    what=f"{process.name} has {TOPIC}", process=process)
-    wait_until(lambda: len(max_offsets(namesrv)) == QUEUES, timeout_s=DEADLINE_S,
+    wait_until(lambda: len(max_offsets(group.namesrv.addr)) == QUEUES, timeout_s=DEADLINE_S,
                what=f"the name server routes {TOPIC}")
+    return group
 
-    collector = Collector()
-    query = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
-             .option("topic", TOPIC).option("startingOffsets", "earliest")
-             .option("failoverTimeoutMs", str(FAILOVER_TIMEOUT_MS)).load()
-             .writeStream.foreachBatch(collector)
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="300 milliseconds").start())
+
+def kill_the_master_mid_stream(group: Group, collector: Collector,
+                               query: SparkQuery | InProcessQuery, what: str) -> None:
+    """Sends before and after a kill -9 of the master while `query` reads into `collector`;
+    then the checks of the module docstring."""
+    namesrv = group.namesrv.addr
+    old = group.master()
     sends = Sends()
     killed, stop = threading.Event(), threading.Event()
     load = threading.Thread(target=send_until, args=(namesrv, sends, killed, stop), daemon=True)
 
     def running() -> bool:
-        if query.exception() is not None or not query.isActive:
-            raise AssertionError(f"the query stopped: {query.exception()}")
+        query.check()
         if sends.error is not None:
             raise AssertionError(f"the load failed: {sends.error!r}")
         return True
@@ -200,7 +273,7 @@ def test_a_streaming_query_goes_on_on_the_new_master_without_gap_or_duplicate(
         load.join(timeout=30)
 
     rows = collector.rows()
-    print(f"streaming over a kill -9 of the master: rows={len(rows)} acked={len(sends.acked)} "
+    print(f"{what} over a kill -9 of the master: rows={len(rows)} acked={len(sends.acked)} "
           f"(after the kill {sends.acked_after_kill}) unknown={len(sends.unknown)} "
           f"refused={sends.refused} batches={len(collector.batches)} "
           f"(before the kill {batches_before + 1}) sends_back_s={failover_s:.1f}")
@@ -218,3 +291,21 @@ def test_a_streaming_query_goes_on_on_the_new_master_without_gap_or_duplicate(
     assert set(body_at.values()) - set(sends.acked.values()) <= sends.unknown
     assert max(collector.batches) > batches_before  # micro-batches after the kill
     assert any(body.startswith(b"after-") for body in body_at.values())
+
+
+def test_the_source_goes_on_on_the_new_master_without_gap_or_duplicate(
+    env: PyrmqEnv, tmp_path: Path,
+) -> None:
+    group = started_group(env, tmp_path)
+    collector = Collector()
+    kill_the_master_mid_stream(group, collector, InProcessQuery(group.namesrv.addr, collector),
+                               "the source driven in-process")
+
+
+def test_a_streaming_query_goes_on_on_the_new_master_without_gap_or_duplicate(
+    spark: SparkSession, env: PyrmqEnv, tmp_path: Path,
+) -> None:
+    group = started_group(env, tmp_path)
+    collector = Collector()
+    query = SparkQuery(spark, group.namesrv.addr, tmp_path / "checkpoint", collector)
+    kill_the_master_mid_stream(group, collector, query, "a Spark streaming query")
