@@ -24,8 +24,6 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        # a Python worker on a busy 2-core machine may take longer than 15 s to connect back
-        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     pyspark_rocketmq.register(session)
