@@ -42,8 +42,8 @@ import redis.asyncio
 import redis.exceptions
 import uvloop
 
-from broker.errors import BrokerClientError
 from pyrmq_client import BrokerClient, Message, Producer
+from pyrmq_client.errors import BrokerClientError
 from remoting.errors import RemotingError
 
 PRODUCER_GROUP: Final = "pyrmq_py_loadgen_producer"

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.conftest import record
-from broker.errors import BrokerClientError
 from broker.quickstart import replicas_info
 from pyrmq_client import BrokerClient, Message
+from pyrmq_client.errors import BrokerClientError
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from tests.interop.build import NEWEST

@@ -1,7 +1,7 @@
 """pyrmq broker package: one broker node (`node.BrokerNode`, CLI `pyrmq-broker`).
 
 Pure cores: `properties` (Java .properties syntax), `config` (broker.conf -> `BrokerConfig`),
-`tag_filter`, `uniq_id`, `runtime_stats.TpsWindows`, `pull_hold.ParkedPulls`, and the status and
+`runtime_stats.TpsWindows`, `pull_hold.ParkedPulls`, and the status and
 header mappings of the processors. Shells and state: `topic_config`, `subscription_groups`,
 `consumer_offsets` (with `config_file`: the `config/*.json` files), `client_manager`,
 `pull_hold`, `processors/` (send, pull, offsets, client, admin, router),

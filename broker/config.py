@@ -36,6 +36,7 @@ from typing import Final
 from broker.errors import BrokerConfigError
 from ha.config import HAConfig
 from remoting.fastjson import java_int
+from remoting.local_address import local_address
 from remoting.properties import PropertiesSyntaxError, PropertyEntry, parse_properties
 from store.config import FlushDiskType, StoreConfig
 from store.schedule import parse_message_delay_level
@@ -57,21 +58,6 @@ class MetricsExporterType(enum.Enum):
     OTLP_GRPC = "OTLP_GRPC"
     PROM = "PROM"
     LOG = "LOG"
-
-
-def local_address() -> str:
-    """The host's outward IPv4 address (Java `NetworkUtil.getLocalAddress`), or 127.0.0.1.
-
-    Connecting a UDP socket sends nothing; it only asks the kernel which source address a
-    packet to a non-local destination would use.
-    """
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))
-            address: str = probe.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-    return address
 
 
 def _default_namesrv_addr() -> str | None:

@@ -7,8 +7,6 @@
   port) cannot be bound; the broker does not start, and says which key to change.
 - `ConfigFileError`: a metadata file under `<storePathRootDir>/config` (topics.json, ...) and its
   `.bak` are both unreadable; the broker does not start rather than forget topics or offsets.
-- `BrokerClientError` and its subclasses: what a caller of pyrmq's own client (`pyrmq_client`)
-  sees when the broker answers with an error code.
 """
 
 from __future__ import annotations
@@ -44,15 +42,3 @@ class PortInUseError(BrokerError):
 class ConfigFileError(BrokerError):
     """A config JSON file (topics.json, subscriptionGroup.json, consumerOffset.json) and its
     `.bak` cannot be parsed; names the file and what is wrong."""
-
-
-class BrokerClientError(BrokerError):
-    """The broker answered a pyrmq client request with a non-success code.
-
-    `code` is the response code, `remark` the broker's remark (may be None).
-    """
-
-    def __init__(self, what: str, code: int, remark: str | None) -> None:
-        self.code = code
-        self.remark = remark
-        super().__init__(f"{what}: code={code} remark={remark!r}")

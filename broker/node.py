@@ -85,7 +85,6 @@ from broker.schedule_message_service import DELAY_OFFSET_FILE_NAME, ScheduleMess
 from broker.slave_synchronize import SlaveSynchronize
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
-from broker.uniq_id import UniqIdGenerator
 from controller_client.addresses import controller_addrs
 from controller_client.client import ControllerClient
 from controller_client.errors import ControllerAddressLookupError
@@ -98,6 +97,7 @@ from store.errors import DataInvariantError
 from store.host_port import HostPort
 from store.message_store import MessageStore
 from store.schedule import parse_message_delay_level
+from store.uniq_id import UniqIdGenerator
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from broker.tag_filter import TagFilter
+from store.tag_filter import TagFilter
 
 log = logging.getLogger(__name__)
 

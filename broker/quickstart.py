@@ -40,7 +40,7 @@ from typing import Final, TypeVar
 
 from controller.messages import BrokerReplicasInfo, ReplicasInfo, encode_broker_names
 from remoting.bodies import ClusterInfo
-from remoting.client import RemotingClient
+from remoting.client import invoke_once
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -185,12 +185,8 @@ class Child:
 
 async def _invoke(addr: str, request: RemotingCommand) -> RemotingCommand | None:
     """One request; None while the address does not answer."""
-    host, _, port = addr.rpartition(":")
     try:
-        async with await RemotingClient.connect(
-            host, int(port), connect_timeout_ms=REQUEST_TIMEOUT_MS
-        ) as client:
-            return await client.invoke(request, REQUEST_TIMEOUT_MS)
+        return await invoke_once(addr, request, REQUEST_TIMEOUT_MS)
     except (RemotingError, OSError):
         return None
 

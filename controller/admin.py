@@ -36,7 +36,7 @@ from controller_client.messages import (
     GetMetaDataResponseHeader,
 )
 from remoting.bodies import ClusterInfo
-from remoting.client import RemotingClient
+from remoting.client import invoke_once, split_host_port
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -56,14 +56,12 @@ class AdminError(Exception):
 
 
 async def _invoke(addr: str, name: str, request: RemotingCommand) -> RemotingCommand:
-    host, _, port = addr.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise AdminError(f"{name}: {addr!r} is not host:port")
     try:
-        async with await RemotingClient.connect(
-            host, int(port), connect_timeout_ms=TIMEOUT_MS
-        ) as client:
-            response = await client.invoke(request, TIMEOUT_MS)
+        split_host_port(addr)
+    except ValueError:
+        raise AdminError(f"{name}: {addr!r} is not host:port") from None
+    try:
+        response = await invoke_once(addr, request, TIMEOUT_MS)
     except RemotingError as err:
         raise AdminError(f"{name} to {addr}: {err}") from err
     if response.code != ResponseCode.SUCCESS:

@@ -29,10 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Self
 
-from broker.config import local_address
-from broker.errors import BrokerClientError
-from broker.tag_filter import build_tag_filter
-from broker.uniq_id import UniqIdGenerator
+from pyrmq_client.errors import BrokerClientError
 from remoting.bodies import (
     PERM_READ,
     PERM_WRITE,
@@ -66,6 +63,7 @@ from remoting.headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from remoting.local_address import local_address
 from store.message_decoder import decode_record
 from store.message_properties import (
     PROPERTY_KEYS,
@@ -75,6 +73,8 @@ from store.message_properties import (
     java_string_hash,
 )
 from store.record_layout import TOTAL_SIZE, MessageRecord
+from store.tag_filter import build_tag_filter
+from store.uniq_id import UniqIdGenerator
 
 TIMEOUT_MS_DEFAULT: Final = 3_000
 PULL_TIMEOUT_EXTRA_MS: Final = 5_000
@@ -150,8 +150,10 @@ _PULL_STATUS: Final[dict[int, PullStatus]] = {
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    """A pull's answer: `messages` decoded (and re-filtered by tag string, as Java clients
-    do); `remark` is the broker's store status name (FOUND, OFFSET_OVERFLOW_ONE, ...)."""
+    """A pull's answer: `messages` decoded (and re-filtered by tag, as Java clients do), or,
+    for a pull with `decode=False`, `body` as the broker sent it (records back to back, not
+    re-filtered; `messages` empty); `remark` is the broker's store status name (FOUND,
+    OFFSET_OVERFLOW_ONE, ...)."""
 
     status: PullStatus
     remark: str | None
@@ -160,6 +162,7 @@ class PullResult:
     max_offset: int
     suggest_which_broker_id: int
     messages: tuple[MessageRecord, ...]
+    body: bytes = b""
 
 
 def encode_batch_body(messages: Sequence[tuple[int, bytes, bytes]]) -> bytes:
@@ -334,11 +337,12 @@ class BrokerClient:
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int = 32,
         subscription: str = "*", suspend_timeout_ms: int | None = None,
-        commit_offset: int | None = None, timeout_ms: int | None = None,
+        commit_offset: int | None = None, timeout_ms: int | None = None, decode: bool = True,
     ) -> PullResult:
         """PULL_MESSAGE with the SUBSCRIPTION flag. `suspend_timeout_ms` sets SUSPEND (long
         polling: the broker holds the pull until messages arrive or that time passes);
-        `commit_offset` sets COMMIT_OFFSET (the broker stores it as the group's offset)."""
+        `commit_offset` sets COMMIT_OFFSET (the broker stores it as the group's offset);
+        `decode=False` keeps the records undecoded in `body` (a caller that decodes in bulk)."""
         sys_flag = PULL_FLAG_SUBSCRIPTION
         if suspend_timeout_ms is not None:
             sys_flag |= PULL_FLAG_SUSPEND
@@ -360,7 +364,8 @@ class BrokerClient:
             raise BrokerClientError(f"pull {topic}:{queue_id}@{offset}", response.code,
                                     response.remark)
         fields = response.ext_fields
-        messages = decode_records(response.body) if status is PullStatus.FOUND else []
+        found = status is PullStatus.FOUND
+        messages = decode_records(response.body) if found and decode else []
         tag_filter = build_tag_filter(subscription)
         if tag_filter.codes is not None:
             messages = [
@@ -373,6 +378,7 @@ class BrokerClient:
             min_offset=int(fields["minOffset"]), max_offset=int(fields["maxOffset"]),
             suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", "0")),
             messages=tuple(messages),
+            body=response.body if found and not decode else b"",
         )
 
     async def heartbeat(

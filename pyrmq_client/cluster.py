@@ -10,8 +10,10 @@ address, and routes each request to the master of the queue's broker name:
   NO_PERMISSION or TOPIC_NOT_EXIST. A timeout or a connection lost after the request was written
   is raised as is (the message may be stored: the caller decides, at least once).
 - `pull` and the offset queries are reads, retried up to `read_retries` more times after a route
-  refresh on any transport error or non-pull answer (a master that moved answers from its new
-  address once the name server routes it there).
+  refresh on any transport error, non-pull answer or missing master (a master that moved
+  answers from its new address once the name server routes it there); with `failover_timeout_ms`
+  they go on being retried, every `RETRY_PAUSE_MS`, until that long after the first attempt, so
+  a read outlasts a controller-mode failover (the old master gone, a new one not routed yet).
 - `refresh_route(topic)` re-reads a route; a failed request refreshes the route it used.
 
 Nothing here blocks the event loop; every request has a timeout, so an unreachable broker or
@@ -21,11 +23,11 @@ name server is an error naming its address, never a hang.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Final, Self, TypeVar
 
-from broker.errors import BrokerClientError
 from pyrmq_client.broker_client import (
     TIMEOUT_MS_DEFAULT,
     BrokerClient,
@@ -34,10 +36,10 @@ from pyrmq_client.broker_client import (
     SendResult,
     new_client_id,
 )
-from pyrmq_client.errors import RetriesExhaustedError, RouteError
+from pyrmq_client.errors import BrokerClientError, RetriesExhaustedError, RouteError
 from pyrmq_client.routing import MessageQueue, QueueSelector, TopicRoute
 from remoting.bodies import TopicRouteData
-from remoting.client import RemotingClient
+from remoting.client import invoke_once, split_host_port
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingConnectError, RemotingError
@@ -45,6 +47,7 @@ from remoting.headers import GetRouteInfoRequestHeader
 
 SEND_RETRIES_DEFAULT: Final = 2
 READ_RETRIES_DEFAULT: Final = 2
+RETRY_PAUSE_MS: Final = 200  # between the retries of a read past `read_retries`
 # Broker answers to a send that mean the message was not stored: safe to send again.
 NOT_STORED_CODES: Final = frozenset({
     ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION,
@@ -59,15 +62,11 @@ def split_addrs(addrs: str | Sequence[str]) -> tuple[str, ...]:
     items = addrs.split(";") if isinstance(addrs, str) else list(addrs)
     result = tuple(item.strip() for item in items if item.strip())
     for addr in result:
-        host, _, port = addr.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"name server address {addr!r} is not host:port")
+        try:
+            split_host_port(addr)
+        except ValueError:
+            raise ValueError(f"name server address {addr!r} is not host:port") from None
     return result
-
-
-def _host_port(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host, int(port)
 
 
 class ClusterClient:
@@ -76,7 +75,7 @@ class ClusterClient:
     def __init__(
         self, namesrv_addrs: str | Sequence[str], *, client_id: str | None = None,
         timeout_ms: int = TIMEOUT_MS_DEFAULT, send_retries: int = SEND_RETRIES_DEFAULT,
-        read_retries: int = READ_RETRIES_DEFAULT,
+        read_retries: int = READ_RETRIES_DEFAULT, failover_timeout_ms: int = 0,
     ) -> None:
         self.namesrv_addrs = split_addrs(namesrv_addrs)
         if not self.namesrv_addrs:
@@ -85,6 +84,7 @@ class ClusterClient:
         self.timeout_ms = timeout_ms
         self.send_retries = send_retries
         self.read_retries = read_retries
+        self.failover_timeout_ms = failover_timeout_ms
         self._routes: dict[str, TopicRoute] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
@@ -112,15 +112,10 @@ class ClusterClient:
         failures: list[str] = []
         header = GetRouteInfoRequestHeader(topic=topic)
         for addr in self.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              header.to_ext_fields())
             try:
-                client = await RemotingClient.connect(*_host_port(addr),
-                                                      connect_timeout_ms=self.timeout_ms)
-                try:
-                    response = await client.invoke(RemotingCommand.request(
-                        RequestCode.GET_ROUTEINFO_BY_TOPIC, header.to_ext_fields()),
-                        self.timeout_ms)
-                finally:
-                    await client.close()
+                response = await invoke_once(addr, request, self.timeout_ms)
             except RemotingError as err:
                 failures.append(f"{addr}: {err}")
                 continue
@@ -164,7 +159,7 @@ class ClusterClient:
             client = self._brokers.get(addr)
             if client is not None and not client.remoting.is_closed:
                 return client
-            client = await BrokerClient.connect(*_host_port(addr), client_id=self.client_id,
+            client = await BrokerClient.connect(*split_host_port(addr), client_id=self.client_id,
                                                 connect_timeout_ms=self.timeout_ms)
             self._brokers[addr] = client
             return client
@@ -184,7 +179,8 @@ class ClusterClient:
     async def _read(self, queue: MessageQueue, what: str,
                     call: Callable[[BrokerClient], Awaitable[T]]) -> T:
         attempts: list[str] = []
-        for _ in range(self.read_retries + 1):
+        deadline = time.monotonic() + self.failover_timeout_ms / 1000
+        while True:
             addr = "?"
             try:
                 client = await self.broker_for(queue)
@@ -193,17 +189,23 @@ class ClusterClient:
             except (RemotingError, BrokerClientError, RouteError) as err:
                 attempts.append(f"{addr}: {type(err).__name__}: {err}")
                 await self._forget(queue)
+            if len(attempts) > self.read_retries:
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(RETRY_PAUSE_MS / 1000)
         raise RetriesExhaustedError(f"{what} {queue}", attempts)
 
     async def pull(
         self, group: str, queue: MessageQueue, offset: int, *, max_nums: int = 32,
-        subscription: str = "*", suspend_timeout_ms: int | None = None,
+        subscription: str = "*", suspend_timeout_ms: int | None = None, decode: bool = True,
     ) -> PullResult:
-        """PULL_MESSAGE from the master of `queue`, retried after a route refresh."""
+        """PULL_MESSAGE from the master of `queue`, retried after a route refresh
+        (`BrokerClient.pull` for the arguments)."""
         return await self._read(queue, f"pull @{offset}", lambda client: client.pull(
             group, queue.topic, queue.queue_id, offset, max_nums=max_nums,
             subscription=subscription, suspend_timeout_ms=suspend_timeout_ms,
-            timeout_ms=None if suspend_timeout_ms is not None else self.timeout_ms))
+            timeout_ms=None if suspend_timeout_ms is not None else self.timeout_ms,
+            decode=decode))
 
     async def min_offset(self, queue: MessageQueue) -> int:
         return await self._read(queue, "min offset",

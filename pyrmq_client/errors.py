@@ -1,7 +1,7 @@
 """Errors of pyrmq's client, grouped by what the caller can conclude.
 
-- `BrokerClientError` (defined with the broker's errors, re-exported here): a broker answered a
-  request with an error code; `code` and `remark` say which.
+- `BrokerClientError`: a broker answered a request with an error code; `code` and `remark`
+  say which.
 - `RouteError`: no name server gave a usable route (unreachable, or the topic has no queue /
   no master for the broker name asked about). Names the name servers and the topic.
 - `RetriesExhaustedError`: every attempt of a retried request failed; names the addresses tried
@@ -13,13 +13,23 @@
 
 from __future__ import annotations
 
-from broker.errors import BrokerClientError
-
 __all__ = ["BrokerClientError", "ClientError", "RetriesExhaustedError", "RouteError"]
 
 
 class ClientError(Exception):
-    """Root of the errors pyrmq_client raises itself (broker answers are `BrokerClientError`)."""
+    """Root of every error pyrmq_client raises itself."""
+
+
+class BrokerClientError(ClientError):
+    """The broker answered a request with a non-success code.
+
+    `code` is the response code, `remark` the broker's remark (may be None).
+    """
+
+    def __init__(self, what: str, code: int, remark: str | None) -> None:
+        self.code = code
+        self.remark = remark
+        super().__init__(f"{what}: code={code} remark={remark!r}")
 
 
 class RouteError(ClientError):
@@ -27,8 +37,15 @@ class RouteError(ClientError):
 
 
 class RetriesExhaustedError(ClientError):
-    """Every attempt failed; `attempts` lists "address: error" for each one."""
+    """Every attempt failed; `attempts` lists "address: error" for each one (the message names
+    the first and last SHOWN of them)."""
+
+    SHOWN = 3
 
     def __init__(self, what: str, attempts: list[str]) -> None:
         self.attempts = attempts
-        super().__init__(f"{what}: {len(attempts)} attempts failed: " + "; ".join(attempts))
+        shown = attempts
+        if len(attempts) > 2 * self.SHOWN:
+            shown = [*attempts[:self.SHOWN], f"({len(attempts) - 2 * self.SHOWN} more)",
+                     *attempts[-self.SHOWN:]]
+        super().__init__(f"{what}: {len(attempts)} attempts failed: " + "; ".join(shown))

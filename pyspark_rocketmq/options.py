@@ -23,6 +23,7 @@ LATEST: Final = -1
 PULL_BATCH_SIZE_DEFAULT: Final = 32
 PULL_BATCH_SIZE_MAX: Final = 1024
 DEFAULT_GROUP: Final = "pyspark_rocketmq"
+FAILOVER_TIMEOUT_MS_DEFAULT: Final = 30_000
 
 # A queue's offset by (topic, brokerName, queueId): what offsets JSON decodes to.
 QueueOffsets = dict[MessageQueue, int]
@@ -159,6 +160,7 @@ class SourceOptions:
     include_properties: bool
     max_messages_per_trigger: int | None
     group: str
+    failover_timeout_ms: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -196,6 +198,8 @@ class SourceOptions:
             include_properties=_bool(options, "includeProperties", False),
             max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", None, low=1),
             group=options.get("consumerGroup") or DEFAULT_GROUP,
+            failover_timeout_ms=_int(options, "failoverTimeoutMs", FAILOVER_TIMEOUT_MS_DEFAULT,
+                                     low=0) or 0,
         )
 
 

@@ -1,10 +1,11 @@
 """The readers: batch (`BatchReader`) and micro-batch streaming (`StreamReader`).
 
 Planning runs in the driver's Python worker: routes and min/max offsets from the name server
-and brokers (`ClusterClient`, re-resolved each micro-batch). `read()` runs on an executor with
-its own `ClusterClient` (a partition is a small picklable `RangePartition`), pulls its range in
-batches of pullBatchSize and yields one Arrow record batch per pull. Spark's checkpoint holds
-the offsets; the source keeps no state of its own between micro-batches.
+and brokers (`ClusterClient`, re-resolved each micro-batch and after every failed request;
+a read waits up to failoverTimeoutMs for a broker set's new master). `read()` runs on an
+executor with its own `ClusterClient` (a partition is a small picklable `RangePartition`), pulls
+its range in batches of pullBatchSize and yields one Arrow record batch per pull. Spark's
+checkpoint holds the offsets; the source keeps no state of its own between micro-batches.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pyrmq_client import ClusterClient, MessageQueue, PullResult, PullStatus
-from pyspark_rocketmq.arrow import records_to_batch
+from pyspark_rocketmq.arrow import pull_to_batch
 from pyspark_rocketmq.errors import DataLossError
 from pyspark_rocketmq.options import (
     EARLIEST,
@@ -46,6 +47,7 @@ from pyspark_rocketmq.planning import (
     reconcile,
     split,
 )
+from store.tag_filter import build_tag_filter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,7 +86,8 @@ async def _starting(client: ClusterClient, options: SourceOptions,
 
 def _plan(options: SourceOptions, work: Callable[[ClusterClient], Awaitable[T]]) -> T:
     async def run() -> T:
-        async with ClusterClient(options.name_server, timeout_ms=PLAN_TIMEOUT_MS) as client:
+        async with ClusterClient(options.name_server, timeout_ms=PLAN_TIMEOUT_MS,
+                                 failover_timeout_ms=options.failover_timeout_ms) as client:
             return await work(client)
 
     return asyncio.run(run())
@@ -98,7 +101,8 @@ class _Reading:
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         loop = asyncio.new_event_loop()
-        client = ClusterClient(self.options.name_server)
+        client = ClusterClient(self.options.name_server,
+                               failover_timeout_ms=self.options.failover_timeout_ms)
         try:
             yield from _pull_range(loop, client, self.options, partition.range)
         finally:
@@ -115,10 +119,14 @@ def _pull_range(loop: asyncio.AbstractEventLoop, client: ClusterClient, options:
     if offset == EARLIEST:
         offset = loop.run_until_complete(client.min_offset(queue))
 
+    tag_filter = build_tag_filter(options.sub_expression)
+    tags = None if tag_filter.codes is None else frozenset(
+        tag.strip() for tag in options.sub_expression.split("||") if tag.strip())
+
     def fetch(at: int) -> asyncio.Task[PullResult]:
         task = loop.create_task(client.pull(
             options.group, queue, at, max_nums=min(options.pull_batch_size, part.end - at),
-            subscription=options.sub_expression))
+            subscription=options.sub_expression, decode=False))
         loop.run_until_complete(asyncio.sleep(0))  # let it write the request
         return task
 
@@ -152,10 +160,10 @@ def _pull_range(loop: asyncio.AbstractEventLoop, client: ClusterClient, options:
             if offset < part.end:
                 pending = fetch(offset)
             if pulled.status is PullStatus.FOUND:
-                records = [r for r in pulled.messages if r.queue_offset < part.end]
-                if records:
-                    yield records_to_batch(records, queue.broker_name,
-                                           include_properties=options.include_properties)
+                batch = pull_to_batch(pulled.body, queue.broker_name, end_offset=part.end,
+                                      tags=tags, include_properties=options.include_properties)
+                if batch.num_rows:
+                    yield batch
     finally:
         if pending is not None:
             pending.cancel()

@@ -2,7 +2,9 @@
 
 `RemotingClient.connect(host, port)` opens the connection within a deadline; `invoke` sends a
 request and waits (bounded) for the response with the same opaque; `invoke_oneway` sends without
-waiting; requests the server pushes (NOTIFY_CONSUMER_IDS_CHANGED, NOTIFY_BROKER_ROLE_CHANGED,
+waiting; `invoke_once(addr, request, timeout_ms)` is one request on a connection of its own
+(connect, invoke, close: what a tool asking a name server or controller once does); requests
+the server pushes (NOTIFY_CONSUMER_IDS_CHANGED, NOTIFY_BROKER_ROLE_CHANGED,
 ...) go to the `handler` given at connect time (default: REQUEST_CODE_NOT_SUPPORTED).
 
 Every failure is typed: RemotingConnectError (RemotingConnectTimeoutError when the deadline
@@ -149,3 +151,20 @@ class RemotingClient:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    """`host:port` -> (host, port); ValueError naming `addr` when it is not of that form."""
+    host, _, port = addr.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not host:port")
+    return host, int(port)
+
+
+async def invoke_once(addr: str, command: RemotingCommand, timeout_ms: int) -> RemotingCommand:
+    """`command` on a connection of its own to `addr` (host:port), connected within and
+    answered within `timeout_ms` each, closed afterwards. Raises what `connect` and `invoke`
+    raise."""
+    host, port = split_host_port(addr)
+    async with await RemotingClient.connect(host, port, connect_timeout_ms=timeout_ms) as client:
+        return await client.invoke(command, timeout_ms)

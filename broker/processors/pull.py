@@ -28,12 +28,6 @@ from broker.consumer_offsets import ConsumerOffsetManager
 from broker.metrics import BrokerMetrics
 from broker.pull_hold import PullHold
 from broker.subscription_groups import SubscriptionGroupManager
-from broker.tag_filter import (
-    TagFilter,
-    UnsupportedExpressionError,
-    build_tag_filter,
-    filter_of_subscription,
-)
 from broker.topic_config import TopicConfigManager, is_readable
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -44,6 +38,12 @@ from remoting.headers import (
     refuse_lite_topic,
 )
 from store.message_store import GetMessageResult, GetStatus, MessageStore
+from store.tag_filter import (
+    TagFilter,
+    UnsupportedExpressionError,
+    build_tag_filter,
+    filter_of_subscription,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,9 @@ class PullProcessor:
             if subscription.sub_version < header.sub_version:
                 return self._error(request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                                    "the consumer's subscription not latest")
-            return filter_of_subscription(subscription)
+            return filter_of_subscription(subscription.sub_string,
+                                          subscription.expression_type,
+                                          subscription.code_set)
         except UnsupportedExpressionError as err:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(err))
 

@@ -56,7 +56,6 @@ from broker.topic_config import (
     retry_topic,
     validate_topic,
 )
-from broker.uniq_id import UniqIdGenerator
 from remoting.bodies import PERM_READ, PERM_WRITE, TopicConfig, TopicFilterType
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -89,6 +88,7 @@ from store.schedule import (
     transform_delay_level_message,
 )
 from store.transaction_type import batch_transaction_error
+from store.uniq_id import UniqIdGenerator
 
 log = logging.getLogger(__name__)
 

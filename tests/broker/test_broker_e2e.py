@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import BrokerClientError
 from broker.node import BrokerNode
 from pyrmq_client import BrokerClient, Message, Producer, PullConsumer, PullStatus
+from pyrmq_client.errors import BrokerClientError
 from remoting.bodies import ConsumeType
 from remoting.codes import PYRMQ_VERSION_DESC, RequestCode, ResponseCode
 from remoting.command import RemotingCommand

@@ -14,13 +14,6 @@ from broker.processors.pull import pull_response_code, pull_response_fields
 from broker.processors.send import message_limits_error, send_response_fields
 from broker.pull_hold import ParkedPull, ParkedPulls
 from broker.runtime_stats import TpsWindows
-from broker.tag_filter import (
-    MATCH_ALL,
-    UnsupportedExpressionError,
-    build_tag_filter,
-    filter_of_subscription,
-)
-from broker.uniq_id import UniqIdGenerator
 from remoting.bodies import MessageModel, SubscriptionData
 from remoting.codec import encode
 from remoting.codes import JAVA_VERSION_5_3_3, LanguageCode, ResponseCode
@@ -29,6 +22,13 @@ from remoting.connection import RemotingConnection
 from remoting.headers import PullMessageResponseHeader
 from store.message_properties import java_string_hash
 from store.message_store import GetStatus
+from store.tag_filter import (
+    MATCH_ALL,
+    UnsupportedExpressionError,
+    build_tag_filter,
+    filter_of_subscription,
+)
+from store.uniq_id import UniqIdGenerator
 from tests.remoting.support import compact_json
 
 TAG_A = java_string_hash("TagA")
@@ -69,9 +69,11 @@ def test_sql92_is_refused() -> None:
 def test_heartbeat_subscription_uses_its_own_code_set() -> None:
     subscription = SubscriptionData(topic="T", sub_string="TagA", tags_set=("TagA",),
                                     code_set=(123,))
-    assert filter_of_subscription(subscription).codes == frozenset({123})
+    assert filter_of_subscription(subscription.sub_string, subscription.expression_type,
+                                  subscription.code_set).codes == frozenset({123})
     star = SubscriptionData(topic="T", sub_string="*")
-    assert filter_of_subscription(star) is MATCH_ALL
+    assert filter_of_subscription(star.sub_string, star.expression_type,
+                                  star.code_set) is MATCH_ALL
 
 
 def parked(offset: int, expression: str = "*", queue_id: int = 0) -> ParkedPull:

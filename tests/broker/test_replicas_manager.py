@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from broker.config import MetricsExporterType
-from broker.errors import BrokerClientError
 from broker.node import BrokerNode
 from broker.replicas_manager import LOST_COMMITTED_FILE_NAME, mark_lost_committed
 from pyrmq_client import Message
+from pyrmq_client.errors import BrokerClientError
 from remoting.codes import ResponseCode
 from tests.broker.support import (
     FakeNameServer,

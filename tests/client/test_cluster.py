@@ -97,6 +97,12 @@ def test_send_retries_on_another_group_only_when_nothing_was_stored(tmp_path: Pa
                 dead_addr = re.escape(own.brokers["broker-b"].addr)
                 with pytest.raises(RetriesExhaustedError, match=dead_addr):
                     await reader.pull("CG", dead, 0)
+                # failover_timeout_ms: retried (route refreshed each time) until the deadline
+                async with ClusterClient(own.namesrv_addr, timeout_ms=1_000,
+                                         failover_timeout_ms=1_000) as waiting:
+                    with pytest.raises(RetriesExhaustedError, match="broker-b") as caught:
+                        await waiting.pull("CG", dead, 0)
+                    assert len(caught.value.attempts) > waiting.read_retries + 1
                 with pytest.raises(RetriesExhaustedError, match="nothing stored"):
                     await client.send(Message("Retried", b"x"), producer_group="PG", queue=dead)
                 alive = [MessageQueue("Retried", "broker-a", i) for i in range(2)]

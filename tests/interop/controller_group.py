@@ -38,9 +38,9 @@ from typing import Final, Protocol, TypeVar
 import pytest
 
 from broker.config import load_broker_config
-from broker.errors import BrokerClientError
 from controller_client.client import ControllerClient, ReplicaInfo
 from pyrmq_client import BrokerClient, Message
+from pyrmq_client.errors import BrokerClientError
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from store.message_store import MessageStore

@@ -156,6 +156,7 @@ def test_starting_timestamp_selects_the_messages_stored_from_then_on(
     ({"topic": "Orders", "pullBatchSize": "0"}, "pullBatchSize"),
     ({"topic": "Orders", "pullBatchSize": "many"}, "pullBatchSize"),
     ({"topic": "Orders", "minPartitions": "-1"}, "minPartitions"),
+    ({"topic": "Orders", "failoverTimeoutMs": "-5"}, "failoverTimeoutMs"),
     ({"topic": "Orders", "startingTimestamp": "yesterday"}, "startingTimestamp"),
     ({"topic": "Orders", "maxMessagesPerTrigger": "5"}, "maxMessagesPerTrigger"),
 ])

@@ -1,18 +1,18 @@
-"""Broker-side tag filtering: which consume-queue tag hashes a subscription accepts.
+"""Tag filtering: which consume-queue tag hashes a TAG subscription accepts.
 
 A pure core. RocketMQ's TAG expressions (`FilterAPI.build`): `*` or empty means every message;
 otherwise the expression is split on `||`, each part trimmed, empty parts dropped, and a message
 matches when its consume-queue `tagsCode` (Java `String.hashCode()` of its TAGS) is one of the
 parts' hashes. The broker filters on hashes only; clients re-check the tag strings (hash
-collisions), as Java clients do.
+collisions), as Java clients do. Shared by the broker and pyrmq's client (`pyrmq_client`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from remoting.bodies import SubscriptionData
 from store.message_properties import java_string_hash
 
 SUB_ALL: Final = "*"
@@ -58,13 +58,15 @@ def build_tag_filter(sub_string: str | None, expression_type: str | None = None)
     return TagFilter(sub_string, frozenset(java_string_hash(tag) for tag in tags if tag))
 
 
-def filter_of_subscription(subscription: SubscriptionData) -> TagFilter:
-    """The filter of a subscription registered by heartbeat: its own `codeSet`, as Java uses
-    it (a `*` subscription accepts everything).
+def filter_of_subscription(sub_string: str, expression_type: str | None,
+                           code_set: Iterable[int]) -> TagFilter:
+    """The filter of a subscription registered by heartbeat (a `SubscriptionData`'s
+    subString, expressionType and codeSet): its own `codeSet`, as Java uses it (a `*`
+    subscription accepts everything).
 
     Raises `UnsupportedExpressionError` for a non-TAG expression type.
     """
-    _check_type(subscription.expression_type)
-    if not subscription.sub_string or subscription.sub_string.strip() == SUB_ALL:
+    _check_type(expression_type)
+    if not sub_string or sub_string.strip() == SUB_ALL:
         return MATCH_ALL
-    return TagFilter(subscription.sub_string, frozenset(subscription.code_set))
+    return TagFilter(sub_string, frozenset(code_set))
