@@ -78,7 +78,7 @@ _TRIALS_SET = os.environ.get("PYRMQ_FAILOVER_TRIALS")
 TRIALS: Final = int(_TRIALS_SET or "3")
 DEFAULT_TIMING_TRIALS: Final = int(_TRIALS_SET or "1")
 SETTLE_TIMEOUT_S: Final = 120.0
-REJOIN_TIMEOUT_S: Final = 30.0
+REJOIN_TIMEOUT_S: Final = 15.0  # pyrmq rejoins in 1-2 s; a resumed Java master did not in 60 s
 PROBE_INTERVAL_S: Final = 0.02
 PROBE_TIMEOUT_MS: Final = 1000
 RESUMED_PROBES: Final = 10  # queued on the stopped master's socket, then as many after SIGCONT
@@ -475,19 +475,20 @@ def test_failover_time_after_sigstop_of_the_master_default_timings(
 
 
 def p99_ms(run: Run) -> float:
-    return float(run.result["p99_ms"])  # type: ignore[arg-type]
+    value = run.result["p99_ms"]
+    return float("nan") if value is None else float(value)  # type: ignore[arg-type]
 
 
 def test_replicated_produce(default_timings: tuple[Figures, Figures]) -> None:
     ours, theirs = (figures.produce for figures in default_timings)
     assert ours is not None
     assert theirs is not None
-    for run in (ours, theirs):
-        assert run.result["messages"], "a run measured nothing"
-        assert run.result["errors"] == 0, run.result
     record(f"replicated produce, allAckInSyncStateSet, 3 brokers ({DEFAULT.name}), Java "
            "LoadGen sync sends of 1 KiB to 8 queues, 16 threads sharing one producer:")
     record(f"    {ours.describe('pyrmq', 'master')}")
     record(f"    {theirs.describe(f'RocketMQ {NEWEST}', 'master')}")
     record(f"    ratio pyrmq/Java: {ours.msgs_per_s / theirs.msgs_per_s:.2f} of the msgs/s "
            f"(goal >= 1.0; noisy host), {p99_ms(ours) / p99_ms(theirs):.2f} of the p99")
+    for run in (ours, theirs):  # after the figures: a failed run still prints them
+        assert run.result["messages"], "a run measured nothing"
+        assert run.result["errors"] == 0, run.result
