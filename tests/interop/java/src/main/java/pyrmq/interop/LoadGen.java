@@ -144,7 +144,8 @@ public final class LoadGen {
                         Common.err("ERROR send status " + result.getSendStatus());
                     }
                 } catch (Exception e) {
-                    Common.err("ERROR " + e);
+                    // The client wraps the broker's answer (MQBrokerException: its code).
+                    Common.err("ERROR " + e + (e.getCause() == null ? "" : " cause: " + e.getCause()));
                     ok = false;
                 }
                 long done = System.nanoTime();
