@@ -6,6 +6,7 @@
  * - appends (write_record, write_batch, put_cq_units): copy a pre-encoded record template into
  *   the commitlog mapping and fill in QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and the
  *   `__CRC32#` digits; write a batch's consume-queue units;
+ * - one message (encode_message): prepare_message's record template, in one pass;
  * - SEND_BATCH_MESSAGE bodies (batch_body_is_plain, encode_batch): check and encode in one pass;
  * - reads and recovery (records_surely_valid): the common-record check, both CRCs included.
  * Every function has a Python twin in store/ that stays the reference (tests hold both to the
@@ -1144,6 +1145,140 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ one message */
+
+static inline uint8_t *
+put_be32_at(uint8_t *at, uint32_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    memcpy(at, &v, 4);
+    return at + 4;
+}
+
+/* An int argument within [lo, hi]; 0 (no error set) when it is not an int in range. */
+static int
+int_in(PyObject *arg, long long lo, long long hi, long long *out)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (overflow || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+PyDoc_STRVAR(encode_message_doc,
+"encode_message(body, properties, topic_part, magic_code, queue_id, flag, sys_flag,\n"
+"               born_timestamp, born_host, store_host, reconsume_times,\n"
+"               prepared_transaction_offset, append_prop_crc, /) -> (template, tags_code) | None\n\n"
+"prepare_message's record template in one pass: QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP\n"
+"and the `__CRC32#` digits zero, `sys_flag` as stored, `born_host`/`store_host` packed (ip,\n"
+"port: 8 or 20 bytes), `topic_part` TOPICLENGTH and TOPIC. None when the properties are not\n"
+"stored as sent or exceed their limit, a field is out of its width, or the TAGS value is not\n"
+"ASCII: prepare_message's Python path then encodes or names what is wrong.");
+
+static PyObject *
+native_encode_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "encode_message takes 13 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long magic_code, queue_id, flag, sys_flag, born_timestamp, reconsume, prepared;
+    if (!int_in(args[3], INT32_MIN, INT32_MAX, &magic_code) ||
+        !int_in(args[4], INT32_MIN, INT32_MAX, &queue_id) ||
+        !int_in(args[5], INT32_MIN, INT32_MAX, &flag) ||
+        !int_in(args[6], INT32_MIN, INT32_MAX, &sys_flag) ||
+        !int_in(args[7], INT64_MIN, INT64_MAX, &born_timestamp) ||
+        !int_in(args[10], INT32_MIN, INT32_MAX, &reconsume) ||
+        !int_in(args[11], INT64_MIN, INT64_MAX, &prepared))
+        Py_RETURN_NONE; /* Python's path names the bad field */
+    int append_prop_crc = PyObject_IsTrue(args[12]);
+    if (append_prop_crc < 0)
+        return NULL;
+    Py_buffer view[5];
+    int got = 0;
+    PyObject *result = NULL, *template = NULL;
+    for (; got < 5; got++) {
+        static const int which[5] = {0, 1, 2, 8, 9};
+        if (PyObject_GetBuffer(args[which[got]], &view[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    }
+    const uint8_t *body = view[0].buf, *props = view[1].buf;
+    const size_t body_len = (size_t)view[0].len, props_len = (size_t)view[1].len;
+    const size_t topic_len = (size_t)view[2].len;
+    const size_t born_len = (size_t)view[3].len, store_len = (size_t)view[4].len;
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20)) {
+        PyErr_SetString(PyExc_ValueError, "born_host and store_host must be 8 or 20 bytes");
+        goto done;
+    }
+    batch_entry e = {0, body, body_len, props, props_len};
+    if (!props_plain(&e, append_prop_crc)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    int64_t tags_code = 0;
+    if (!tags_code_ascii(props, props_len, &tags_code)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const size_t reserve = append_prop_crc ? CRC_RESERVED_BYTES : 0;
+    const size_t total = 72 + born_len + store_len + body_len + topic_len + 2 + props_len + reserve;
+    if (total > INT32_MAX) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    template = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (template == NULL)
+        goto done;
+    uint8_t *at = (uint8_t *)PyBytes_AS_STRING(template);
+    at = put_be32_at(at, (uint32_t)total);
+    at = put_be32_at(at, (uint32_t)magic_code);
+    at = put_be32_at(at, crc32_of(0, body, body_len) & CRC_MASK);
+    at = put_be32_at(at, (uint32_t)queue_id);
+    at = put_be32_at(at, (uint32_t)flag);
+    memset(at, 0, 16); /* QUEUEOFFSET, PHYSICALOFFSET */
+    at = put_be32_at(at + 16, (uint32_t)sys_flag);
+    put_be64(at, born_timestamp);
+    memcpy(at + 8, view[3].buf, born_len);
+    at += 8 + born_len;
+    memset(at, 0, 8); /* STORETIMESTAMP */
+    memcpy(at + 8, view[4].buf, store_len);
+    at = put_be32_at(at + 8 + store_len, (uint32_t)reconsume);
+    put_be64(at, prepared);
+    at = put_be32_at(at + 8, (uint32_t)body_len);
+    memcpy(at, body, body_len);
+    at += body_len;
+    memcpy(at, view[2].buf, topic_len);
+    at += topic_len;
+    at[0] = (uint8_t)((props_len + reserve) >> 8);
+    at[1] = (uint8_t)(props_len + reserve);
+    memcpy(at + 2, props, props_len);
+    at += 2 + props_len;
+    if (append_prop_crc) {
+        memcpy(at, CRC_KEY, 9);
+        memset(at + 9, '0', 10);
+        at[19] = 2;
+    }
+    PyObject *code = PyLong_FromLongLong(tags_code);
+    if (code == NULL)
+        goto done;
+    result = PyTuple_Pack(2, template, code);
+    Py_DECREF(code);
+done:
+    Py_XDECREF(template);
+    while (got-- > 0)
+        PyBuffer_Release(&view[got]);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
@@ -1151,6 +1286,8 @@ static PyMethodDef native_methods[] = {
      METH_FASTCALL, records_surely_valid_doc},
     {"batch_body_is_plain", (PyCFunction)(void (*)(void))native_batch_body_is_plain,
      METH_FASTCALL, batch_body_is_plain_doc},
+    {"encode_message", (PyCFunction)(void (*)(void))native_encode_message, METH_FASTCALL,
+     encode_message_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))native_encode_batch, METH_FASTCALL,
      encode_batch_doc},
     {"put_cq_units", (PyCFunction)(void (*)(void))native_put_cq_units, METH_FASTCALL,

@@ -38,6 +38,22 @@ def put_cq_units(
     tags_codes: npt.NDArray[np.int64],
     /,
 ) -> int: ...
+def encode_message(
+    body: Buffer,
+    properties: Buffer,
+    topic_part: Buffer,
+    magic_code: int,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: Buffer,
+    store_host: Buffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    append_prop_crc: bool,
+    /,
+) -> tuple[bytes, int] | None: ...
 def batch_body_is_plain(body: Buffer, append_prop_crc: bool, /) -> bool: ...
 def encode_batch(
     body: Buffer,

@@ -2,9 +2,10 @@
 pre-encodes before the append lock, `write_record` fills in the offsets, store timestamp and
 record CRC inside it.
 
-Where `store._native` is built, `write_record` runs in C; `write_record_python` is its
-reference. Invariant: `write_record` writes exactly the bytes of `encode_record(make_record(...))`
-for the same message (tested for every generated message).
+Where `store._native` is built, both run in C for the common message; `prepare_message_python`
+and `write_record_python` are their references. Invariants: `prepare_message` returns what
+`prepare_message_python` returns, and `write_record` writes exactly the bytes of
+`encode_record(make_record(...))` for the same message (tested for every generated message).
 """
 
 from __future__ import annotations
@@ -166,7 +167,53 @@ def prepare_message(
     integer fields within their widths. With `append_prop_crc` the client's `__CRC32#` property
     is dropped and a missing final 0x02 added (§3.4); without it the properties are stored as
     sent (Java's behaviour). SYSFLAG's V6 bits come from the hosts, never from the client (§3.2).
+    The common message is encoded in C in one call (`store/_native.c`); tests hold it to
+    `prepare_message_python`'s result.
     """
+    magic_code, topic_part = encoded_topic(topic, False)
+    if _native is not None and len(body) <= max_message_size:
+        # layout_of and layout_sys_flag, inlined.
+        layout = (len(born_host.ip) == 16) | (len(store_host.ip) == 16) << 1
+        stored_sys_flag = (sys_flag & ~HOST_V6_FLAGS) | (layout << 4)
+        encoded = _native.encode_message(
+            body, properties, topic_part, magic_code, queue_id, flag, stored_sys_flag,
+            born_timestamp, born_host.packed, store_host.packed, reconsume_times,
+            prepared_transaction_offset, append_prop_crc,
+        )
+        if encoded is not None:
+            template, tags_code = encoded
+            return EncodedMessage(
+                topic, queue_id, stored_sys_flag, tags_code, len(template), body, properties,
+                append_prop_crc, template, STORE_TIMESTAMP_POS[layout],
+            )
+    return prepare_message_python(
+        topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
+        sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+        store_host=store_host, reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+        append_prop_crc=append_prop_crc, max_message_size=max_message_size,
+    )
+
+
+def prepare_message_python(
+    *,
+    topic: str,
+    queue_id: int,
+    flag: int,
+    body: bytes,
+    properties: bytes,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostPort,
+    store_host: HostPort,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    append_prop_crc: bool = True,
+    max_message_size: int,
+) -> EncodedMessage:
+    """`prepare_message` in Python: the reference for the C version (`_native.encode_message`),
+    and the path for whatever C leaves to it (properties to normalise, a field out of its width,
+    a non-ASCII TAGS value, no extension built)."""
     magic_code, topic_part = encoded_topic(topic, False)
     body_length = len(body)
     if body_length > max_message_size:

@@ -23,7 +23,13 @@ from store.message_batch import (
     write_batch_python,
 )
 from store.message_decoder import decode_record, encode_record, make_record
-from store.message_encoder import prepare_message, write_record, write_record_python
+from store.message_encoder import (
+    EncodedMessage,
+    prepare_message,
+    prepare_message_python,
+    write_record,
+    write_record_python,
+)
 from store.message_properties import (
     PROPERTY_CRC_NAME,
     encode_properties,
@@ -498,6 +504,40 @@ def test_write_record_in_c_equals_python(
         native.set_crc32_implementation(previous)
     assert got == written(
         20, lambda buf, pos: write_record_python(buf, pos, msg, **offsets), msg.total_size)
+
+
+@given(
+    message=messages(),
+    append_prop_crc=st.booleans(),
+    out_of_range=st.sampled_from([None, "queue_id", "flag", "sys_flag", "reconsume_times",
+                                  "born_timestamp", "prepared_transaction_offset"]),
+    implementation=st.sampled_from(CRC_IMPLEMENTATIONS),
+)
+def test_prepare_message_in_c_equals_python(
+    message: dict[str, Any], append_prop_crc: bool, out_of_range: str | None,
+    implementation: str,
+) -> None:
+    """The C encoding (`_native.encode_message`, or its hand-back to Python) gives the same
+    EncodedMessage, template bytes included, or the same refusal."""
+    assert native is not None, "store._native is not built"
+    if out_of_range is not None:
+        wide = out_of_range in ("born_timestamp", "prepared_transaction_offset")
+        message = {**message, out_of_range: (1 << 63) if wide else -(1 << 31) - 1}
+    kwargs = {**message, "append_prop_crc": append_prop_crc,
+              "max_message_size": MAX_MESSAGE_SIZE}
+    previous = native.set_crc32_implementation(implementation)
+    try:
+        got: EncodedMessage | str = prepare_message(**kwargs)
+    except MessageIllegalError as err:
+        got = str(err)
+    finally:
+        native.set_crc32_implementation(previous)
+    try:
+        expected: EncodedMessage | str = prepare_message_python(**kwargs)
+    except MessageIllegalError as err:
+        expected = str(err)
+    assert got == expected
+    assert isinstance(got, str) == (out_of_range is not None)
 
 
 @given(
