@@ -56,6 +56,7 @@ from broker.replicas_state import (
     apply,
     decide,
     default_lease_ms,
+    lease_renews,
     lost_committed_hold_ms,
 )
 from controller.messages import BrokerReplicasInfo
@@ -310,20 +311,19 @@ class ReplicasManager:
             return
         reached = [addr for addr in self.client.addrs if addr not in failed]
         answered = len(await self.client.answering(reached))
+        named_master: bool | None = None  # what the leader's replica info says of this broker
         if leader is not None and leader not in failed:
             with contextlib.suppress(ControllerError, RemotingError, OSError):
                 info = await self.client.get_replica_info(self.config.broker_name)
-                current = self.role
-                if current is not None and current.is_master and \
-                        info.header.master_broker_id == current.broker_id and \
-                        info.header.master_epoch == current.master_epoch:
-                    self.lease.renew(sent_at)
+                named_master = info.header.master_broker_id == role.broker_id and \
+                    info.header.master_epoch == role.master_epoch
                 await self._handle_replica_info(
                     info.header.master_broker_id, info.header.master_address,
                     info.header.master_epoch, info.sync_state_set)
         current = self.role
-        if current is not None and current.is_master and \
-                answered > len(self.client.addrs) // 2:
+        if current is not None and current.is_master and lease_renews(
+                named_master=named_master, answered=answered,
+                controllers=len(self.client.addrs)):
             self.lease.renew(sent_at)
         if leader is None or leader in failed:
             # The leader is gone: look the next one up now rather than at the next refresh.

@@ -175,6 +175,17 @@ def default_lease_ms(controller_heart_beat_timeout_ms: int) -> int:
     return max(1, controller_heart_beat_timeout_ms // 2)
 
 
+def lease_renews(*, named_master: bool | None, answered: int, controllers: int) -> bool:
+    """M17: does a master's heartbeat round renew its lease? `named_master` is what the leader's
+    replica info said (True: this broker at its epoch; False: another master or epoch, i.e.
+    deposed; None: no answer). The leader naming it renews; a majority of controllers answering
+    renews only when the leader did not name another master (it keeps the lease through a
+    controller leader failover, never past a deposition)."""
+    if named_master is not None:
+        return named_master
+    return answered > controllers // 2
+
+
 @dataclass(slots=True)
 class MasterLease:
     """M17. `renew(sent_at_ms)` with the send time of a heartbeat the controller counted (the

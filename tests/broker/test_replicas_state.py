@@ -19,6 +19,7 @@ from broker.replicas_state import (
     apply,
     decide,
     default_lease_ms,
+    lease_renews,
     lost_committed_hold_ms,
 )
 
@@ -144,3 +145,22 @@ def test_the_lease_runs_from_the_latest_renewal(renewals: list[int], lease_ms: i
 def test_lease_and_hold_bracket_the_controllers_heartbeat_timeout(timeout_ms: int) -> None:
     assert default_lease_ms(timeout_ms) < timeout_ms  # M17: expires before the controller acts
     assert lost_committed_hold_ms(timeout_ms) > timeout_ms  # M9: past the timeout and scans
+
+
+# (what the leader's replica info said of this master, controllers answering, controllers, renews)
+LEASE_RENEWALS = [
+    (True, 1, 3, True),     # the leader names it master at its epoch
+    (True, 0, 1, True),
+    (None, 2, 3, True),     # no leader answer: a majority keeps it (controller leader failover)
+    (None, 1, 3, False),    # no majority
+    (None, 1, 1, True),
+    (False, 3, 3, False),   # deposed: another master or epoch; a majority must not renew it
+    (False, 1, 1, False),
+]
+
+
+@pytest.mark.parametrize(("named_master", "answered", "controllers", "renews"), LEASE_RENEWALS)
+def test_a_heartbeat_round_renews_the_lease_only_while_not_deposed(
+        named_master: bool | None, answered: int, controllers: int, renews: bool) -> None:
+    assert lease_renews(named_master=named_master, answered=answered,
+                        controllers=controllers) is renews
