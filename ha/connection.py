@@ -116,6 +116,8 @@ class HAConnection:
                 # writer would hold the loop for a whole backlog.
                 await asyncio.sleep(0)
                 unyielded = 0
+            if writer.is_closing():  # the slave went (a reset): no write on a closed transport
+                raise EOFError("slave connection closed")
             view = service.store_view()
             reply = self.protocol.handshake_reply(view)
             if reply is not None:

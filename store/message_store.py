@@ -154,6 +154,7 @@ class MessageStore:
         self.epoch_cache = EpochCache()
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._reput_from = 0
+        self._dispatching_in_thread: asyncio.Future[int] | None = None
         self._confirm_offset = 0
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
         # default settings); the HA layer turns this off and sets confirmOffset itself.
@@ -552,22 +553,58 @@ class MessageStore:
             self.confirm_offset
         return max(0, bound - self._reput_from)
 
-    def set_confirm_offset(self, confirm_offset: int) -> None:
-        """Controller mode: set confirmOffset (the HA layer's decision) and dispatch up to it."""
+    def set_confirm_offset(self, confirm_offset: int, *, dispatch: bool = True) -> None:
+        """Controller mode: set confirmOffset (the HA layer's decision) and dispatch up to it
+        (`dispatch=False`: the caller runs `dispatch_in_thread` instead)."""
         if confirm_offset > self.commitlog.max_phy_offset:
             raise DataInvariantError(
                 f"confirm_offset={confirm_offset} > max_phy_offset={self.commitlog.max_phy_offset}"
             )
         self.confirm_follows_max = False
         self._confirm_offset = confirm_offset
-        self.dispatch_pending()
+        if dispatch:
+            self.dispatch_pending()
 
-    def dispatch_pending(self) -> int:
-        """Write consume-queue units for records from the reput offset up to the bound."""
+    async def dispatch_in_thread(self) -> None:
+        """`dispatch_pending` with its bulk walk in a worker thread, until the reput offset
+        reaches the bound (a slave's reput: large received ranges, none of it on the event
+        loop). Serialised with truncation and the other disk work; while it runs,
+        `dispatch_pending` on the loop does nothing (this call covers its range). Cancelling it
+        waits for the walk in flight."""
+        loop = asyncio.get_running_loop()
+        touched: set[tuple[str, int]] = set()
+        while not self._closed and self._dispatching_in_thread is None:
+            if self.dispatch_behind_bytes < BULK_DISPATCH_BYTES:
+                break
+            async with self._disk():
+                start = self._reput_from
+                bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
+                    self.confirm_offset  # under the lock: no truncation meanwhile
+                walk = loop.run_in_executor(self._executor, self._dispatch_bulk, start, bound,
+                                            touched)
+                self._dispatching_in_thread = walk
+                try:
+                    await asyncio.shield(walk)
+                finally:
+                    while not walk.done():  # cancelled: the walk in flight ends first
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait([walk])
+                    self._dispatching_in_thread = None
+                    if not walk.cancelled() and walk.exception() is None:
+                        self._reput_from = walk.result()
+                if self._reput_from == start:
+                    break  # stopped at a record not (yet) whole
+        self.dispatch_pending(touched)
+
+    def dispatch_pending(self, touched: set[tuple[str, int]] | None = None) -> int:
+        """Write consume-queue units for records from the reput offset up to the bound
+        (`touched`: queues already written to, to tell the arrival listener about too)."""
+        if self._dispatching_in_thread is not None:
+            return 0  # `dispatch_in_thread` runs: it ends with this call
         bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
             self.confirm_offset
         count = 0
-        touched: set[tuple[str, int]] = set()
+        touched = set() if touched is None else touched
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
