@@ -4,7 +4,10 @@ Connects, handshakes, truncates to the consistent point, then receives TRANSFER 
 commitlog and acknowledges. It carries out the effects of `SlaveProtocol` in order and stops at
 the first failure: the connection closes and, after `reconnect_interval_ms`, a new one starts
 with a new handshake (the protocol's own recovery). Durable steps run in worker threads
-(truncation, epoch file); copying a body (<= haTransferBatchSize) into the mapping runs inline.
+(truncation, epoch file), so does the consume-queue dispatch of received ranges
+(`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
+decoder's buffer, and each body (<= haTransferBatchSize) is copied from there into the mapping
+inline.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
