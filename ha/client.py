@@ -19,6 +19,7 @@ per read).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -161,6 +162,10 @@ class HAClient:
             self.sessions += 1
             await self._replicate(_Connection(loop, sock))
         finally:
+            # shutdown first: the loop may still hold the descriptor (its poll handles), and
+            # the master must see the end now, not when that goes.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
             reput, self._reput = self._reput, None
             if reput is not None:  # its walk in flight ends before a new session truncates

@@ -72,10 +72,14 @@ class HAConnection:
                 log.warning("HA connection closed peer=%s slave_broker_id=%s reason=%s",
                             self.peer, self.protocol.slave_broker_id, err)
         finally:
-            self._writer.close()
-            with contextlib.suppress(OSError, ConnectionError):
-                await self._writer.wait_closed()
-            self._closed.set()
+            # Dropped: what is still buffered for this slave goes too (a close would wait to
+            # flush it to a slave that may never read again).
+            self._writer.transport.abort()
+            try:
+                with contextlib.suppress(OSError, ConnectionError):
+                    await self._writer.wait_closed()
+            finally:
+                self._closed.set()  # also when cancelled meanwhile: close() waits for this
 
     def close(self) -> None:
         if self._task is not None and not self._task.done():
