@@ -4,7 +4,10 @@ Connects, handshakes, truncates to the consistent point, then receives TRANSFER 
 commitlog and acknowledges. It carries out the effects of `SlaveProtocol` in order and stops at
 the first failure: the connection closes and, after `reconnect_interval_ms`, a new one starts
 with a new handshake (the protocol's own recovery). Durable steps run in worker threads
-(truncation, epoch file); copying a body (<= haTransferBatchSize) into the mapping runs inline.
+(truncation, epoch file), so does the consume-queue dispatch of received ranges
+(`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
+decoder's buffer, and each body (<= haTransferBatchSize) is copied from there into the mapping
+inline.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
@@ -55,6 +58,53 @@ DISPATCH_DELAY_MS: Final = 5
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
+class _Connection:
+    """The slave's end of the TCP connection, a plain non-blocking socket without a transport:
+    `recv_into` reads straight into the caller's buffer (the decoder's) whatever is there now,
+    `readable` waits for more without consuming anything (so a timeout never loses bytes)."""
+
+    __slots__ = ("_loop", "_sock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        self._loop = loop
+        self._sock = sock
+
+    def recv_into(self, room: memoryview) -> int | None:
+        """Bytes read now (0: the master closed), None when none are waiting."""
+        try:
+            return self._sock.recv_into(room)
+        except (BlockingIOError, InterruptedError):
+            return None
+
+    async def readable(self, timeout_s: float) -> bool:
+        """Wait until bytes (or the end) can be read; False after `timeout_s`."""
+        ready: asyncio.Future[None] = self._loop.create_future()
+        fd = self._sock.fileno()
+        self._loop.add_reader(fd, _resolve, ready)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await ready
+        except TimeoutError:
+            return False
+        else:
+            return True
+        finally:
+            self._loop.remove_reader(fd)
+
+    async def send(self, data: bytes) -> None:
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            await self._loop.sock_sendall(self._sock, data[sent:])
+
+
+def _resolve(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
 class HAClient:
     """Replicates from one master until cancelled."""
 
@@ -80,6 +130,7 @@ class HAClient:
         self.last_read_timestamp_ms = 0
         self.last_write_timestamp_ms = 0
         self._confirm_due: int | None = None
+        self._reput: asyncio.Task[None] | None = None
 
     @property
     def state(self) -> HAConnectionState:
@@ -98,21 +149,40 @@ class HAClient:
 
     async def _session(self) -> None:
         host, port = self.master_ha_address
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(host, port)
-        self.sessions += 1
+        loop = asyncio.get_running_loop()
+        # A plain non-blocking socket, no stream transport: frames are read straight into the
+        # decoder's buffer (`sock_recv_into`), bodies copied once from there into the mapping.
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
         try:
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await self._replicate(reader, writer)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await loop.sock_connect(sock, (host, port))
+            self.sessions += 1
+            await self._replicate(_Connection(loop, sock))
         finally:
-            writer.close()
-            with contextlib.suppress(OSError, ConnectionError):
-                await writer.wait_closed()
+            # shutdown first: the loop may still hold the descriptor (its poll handles), and
+            # the master must see the end now, not when that goes.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+            reput, self._reput = self._reput, None
+            if reput is not None:  # its walk in flight ends before a new session truncates
+                reput.cancel()
+                await asyncio.gather(reput, return_exceptions=True)
 
-    async def _replicate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                         ) -> None:
+    def _confirm(self, confirm_offset: int) -> None:
+        """confirmOffset moved: the store dispatches up to it off the loop (one task at a time
+        runs the walks, each over everything owed when it starts)."""
+        self.store.set_confirm_offset(confirm_offset, dispatch=False)
+        if self._reput is None or self._reput.done():
+            # Each walk covers what is owed when it starts and the task looks again after it;
+            # a confirmOffset that arrives meanwhile is covered by the same task.
+            self._reput = asyncio.create_task(self.store.dispatch_in_thread(),
+                                              name="ha-slave-reput")
+
+    async def _replicate(self, conn: _Connection) -> None:
         config = self.config
         store = self.store
         proto = SlaveProtocol(self.peer, slave_broker_id=config.broker_id,
@@ -123,7 +193,7 @@ class HAClient:
         await self._carry_out(proto.connected(
             local_max_phy_offset=store.max_phy_offset, local_epochs=store.epoch_cache,
             confirm_offset=store.confirm_offset,
-        ), writer)
+        ), conn)
         self.connected.set()
         heartbeat_ms = config.ha_send_heartbeat_interval_ms
         housekeeping_ms = config.ha_housekeeping_interval_ms
@@ -131,37 +201,39 @@ class HAClient:
         owed: int | None = None  # a confirmOffset received, not yet given to the store
         owed_since = 0
         while True:
-            wait_ms = heartbeat_ms if owed is None else \
-                max(0, owed_since + DISPATCH_DELAY_MS - self.clock_ms())
-            try:
-                async with asyncio.timeout(wait_ms / 1000):
-                    data = await reader.read(READ_CHUNK_BYTES)
-            except TimeoutError:
-                data = None
+            with decoder.read_buffer(READ_CHUNK_BYTES) as room:
+                nbytes = conn.recv_into(room)
             now = self.clock_ms()
-            if owed is not None and (data is None or now - owed_since >= DISPATCH_DELAY_MS):
-                store.set_confirm_offset(min(owed, store.max_phy_offset))
+            if owed is not None and now - owed_since >= DISPATCH_DELAY_MS:
+                self._confirm(min(owed, store.max_phy_offset))
                 owed = None
-            if data is None:
+            if nbytes is None:  # nothing waiting: wait for more, a dispatch or a heartbeat
+                wait_ms = heartbeat_ms if owed is None else \
+                    max(0, owed_since + DISPATCH_DELAY_MS - now)
+                if await conn.readable(wait_ms / 1000):
+                    continue
+                now = self.clock_ms()
+                if owed is not None:
+                    self._confirm(min(owed, store.max_phy_offset))
+                    owed = None
                 if now - last_read > housekeeping_ms:
                     raise EOFError(f"nothing read for {housekeeping_ms} ms")
                 if proto.state is HAConnectionState.TRANSFER and \
                         now - last_write >= config.ha_send_heartbeat_interval_ms:
-                    writer.write(proto.keepalive().data)
-                    await writer.drain()
+                    await conn.send(proto.keepalive().data)
                     last_write = now
                     self.last_write_timestamp_ms = wall_ms()
                 continue
-            if not data:
+            if not nbytes:
                 raise EOFError("master closed the connection")
+            decoder.received(nbytes)
             last_read = now
             self.last_read_timestamp_ms = wall_ms()
-            decoder.feed(data)
             ack: bytes | None = None
             self._confirm_due = None
             while (frame := decoder.next_frame()) is not None:
                 effects = proto.receive(frame)
-                ack = await self._carry_out(effects, writer, defer_ack=True) or ack
+                ack = await self._carry_out(effects, conn, defer_ack=True) or ack
             if self._confirm_due is not None:
                 # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
                 # confirmOffset arrived, at once when DISPATCH_BYTES are owed.
@@ -169,16 +241,17 @@ class HAClient:
                     owed_since = now
                 owed = self._confirm_due
                 if min(owed, store.max_phy_offset) - store.reput_from_offset >= DISPATCH_BYTES:
-                    store.set_confirm_offset(min(owed, store.max_phy_offset))
+                    self._confirm(min(owed, store.max_phy_offset))
                     owed = None
             if ack is not None:
-                writer.write(ack)
-                await writer.drain()
+                await conn.send(ack)
                 last_write = self.clock_ms()
                 self.last_write_timestamp_ms = wall_ms()
+            # A read that found bytes waiting did not suspend: give the loop a turn per read.
+            await asyncio.sleep(0)
 
     async def _carry_out(
-        self, effects: list[SlaveEffect], writer: asyncio.StreamWriter, *,
+        self, effects: list[SlaveEffect], conn: _Connection, *,
         defer_ack: bool = False,
     ) -> bytes | None:
         """Perform effects in order; returns the last deferred ACK (sent by the caller once per
@@ -191,8 +264,7 @@ class HAClient:
                     if defer_ack:
                         deferred = data
                     else:
-                        writer.write(data)
-                        await writer.drain()
+                        await conn.send(data)
                         self.last_write_timestamp_ms = wall_ms()
                 case Append(phy_offset=phy_offset, body=body):
                     size = len(body)
@@ -209,13 +281,13 @@ class HAClient:
                     if defer_ack:
                         self._confirm_due = confirm_offset
                     else:
-                        store.set_confirm_offset(min(confirm_offset, store.max_phy_offset))
+                        self._confirm(min(confirm_offset, store.max_phy_offset))
                 case TruncateTo(phy_offset=phy_offset, below_confirm=below_confirm):
-                    await self._truncate(phy_offset, below_confirm, writer)
+                    await self._truncate(phy_offset, below_confirm, conn)
         return deferred
 
-    async def _truncate(self, phy_offset: int, below_confirm: bool,
-                        writer: asyncio.StreamWriter) -> None:
+    async def _truncate(self, phy_offset: int, below_confirm: bool, conn: _Connection
+                        ) -> None:
         store = self.store
         old_max = store.max_phy_offset
         if not store.is_record_boundary(phy_offset):
@@ -231,4 +303,4 @@ class HAClient:
         log.info("slave truncated old_max_phy_offset=%d new_max_phy_offset=%d master=%s",
                  old_max, store.max_phy_offset, self.peer)
         assert self.protocol is not None
-        await self._carry_out(self.protocol.truncated(phy_offset), writer)
+        await self._carry_out(self.protocol.truncated(phy_offset), conn)

@@ -72,10 +72,14 @@ class HAConnection:
                 log.warning("HA connection closed peer=%s slave_broker_id=%s reason=%s",
                             self.peer, self.protocol.slave_broker_id, err)
         finally:
-            self._writer.close()
-            with contextlib.suppress(OSError, ConnectionError):
-                await self._writer.wait_closed()
-            self._closed.set()
+            # Dropped: what is still buffered for this slave goes too (a close would wait to
+            # flush it to a slave that may never read again).
+            self._writer.transport.abort()
+            try:
+                with contextlib.suppress(OSError, ConnectionError):
+                    await self._writer.wait_closed()
+            finally:
+                self._closed.set()  # also when cancelled meanwhile: close() waits for this
 
     def close(self) -> None:
         if self._task is not None and not self._task.done():
@@ -127,6 +131,8 @@ class HAConnection:
                 # writer would hold the loop for a whole backlog.
                 await asyncio.sleep(0)
                 unyielded = 0
+            if writer.is_closing():  # the slave went (a reset): no write on a closed transport
+                raise EOFError("slave connection closed")
             view = service.store_view()
             reply = self.protocol.handshake_reply(view)
             if reply is not None:

@@ -216,26 +216,43 @@ MasterFrame = MasterHandshake | TransferFrame
 
 
 class _Buffer:
-    """An accumulating byte buffer with a read position; compacted lazily."""
+    """A byte buffer with a read position (`pos`) and an end of valid bytes (`end`); its
+    capacity is kept between frames (no allocation per read) and consumed bytes are dropped
+    lazily by moving the unread tail (at most one partial frame) to the front."""
 
-    __slots__ = ("data", "pos")
+    __slots__ = ("data", "end", "pos")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.pos = 0
+        self.end = 0
+
+    def _make_room(self, size: int) -> None:
+        if self.pos == self.end:
+            self.pos = self.end = 0
+        elif self.pos and (self.pos > 65536 or self.end + size > len(self.data)):
+            unread = self.end - self.pos
+            self.data[:unread] = self.data[self.pos : self.end]
+            self.pos, self.end = 0, unread
+        need = self.end + size
+        if need > len(self.data):
+            self.data.extend(bytes(need - len(self.data)))
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self.pos and self.pos == len(self.data):
-            self.data.clear()
-            self.pos = 0
-        elif self.pos > 65536 and self.pos * 2 > len(self.data):
-            del self.data[: self.pos]
-            self.pos = 0
-        self.data += data
+        size = len(data)
+        self._make_room(size)
+        self.data[self.end : self.end + size] = data
+        self.end += size
+
+    def writable(self, size: int) -> memoryview:
+        """Room for `size` bytes after the end (release the view before the next call)."""
+        self._make_room(size)
+        with memoryview(self.data) as whole:
+            return whole[self.end : self.end + size]
 
     @property
     def available(self) -> int:
-        return len(self.data) - self.pos
+        return self.end - self.pos
 
 
 class SlaveFrameDecoder:
@@ -326,16 +343,36 @@ class MasterFrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._release_body()
-        # One frame is at most header + body_bytes_max; the shell drains frames after every
-        # feed, so more than two frames' worth of unread bytes means it did not.
-        limit = 2 * (TRANSFER_HEADER.size + max(self.body_bytes_max,
-                                                 MASTER_HANDSHAKE_BODY_BYTES_MAX))
+        limit = self._limit()
         if self._buf.available + len(data) > limit:
             raise FrameTooLargeError(
                 f"HA stream from {self.peer}: {self._buf.available + len(data)} unread bytes "
                 f"exceed {limit}"
             )
         self._buf.feed(data)
+
+    def read_buffer(self, size: int) -> memoryview:
+        """Room for up to `size` bytes to read into straight from the socket (no copy through
+        `feed`), within the decoder's bound; report the count with `received`, and release the
+        view before calling anything else. Raises `FrameTooLargeError` when there is no room."""
+        self._release_body()
+        room = min(size, self._limit() - self._buf.available)
+        if room <= 0:
+            raise FrameTooLargeError(
+                f"HA stream from {self.peer}: {self._buf.available} unread bytes reach "
+                f"{self._limit()}"
+            )
+        return self._buf.writable(room)
+
+    def received(self, nbytes: int) -> None:
+        """`nbytes` were read into the view of `read_buffer`."""
+        self._buf.end += nbytes
+
+    def _limit(self) -> int:
+        # One frame is at most header + body_bytes_max; the shell drains frames after every
+        # feed, so more than two frames' worth of unread bytes means it did not.
+        return 2 * (TRANSFER_HEADER.size + max(self.body_bytes_max,
+                                                MASTER_HANDSHAKE_BODY_BYTES_MAX))
 
     def next_frame(self) -> MasterFrame | None:
         buf = self._buf
@@ -374,7 +411,7 @@ class MasterFrameDecoder:
         if confirm < 0:
             raise HAProtocolError(f"TRANSFER from {self.peer}: confirm_offset={confirm} < 0")
         end = buf.pos + TRANSFER_HEADER.size + body_size
-        if len(buf.data) < end:
+        if buf.end < end:
             return None
         start = buf.pos + TRANSFER_HEADER.size
         buf.pos = end

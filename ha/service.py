@@ -158,6 +158,11 @@ class AutoSwitchHAService:
         self._client_task: asyncio.Task[None] | None = None
         self._waiters: collections.deque[tuple[int, asyncio.Future[bool]]] = \
             collections.deque()
+        # The same waiters by deadline (slaveTimeout after each send, so in arrival order),
+        # expired by one timer for the earliest: no timer per send.
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[bool]]] = \
+            collections.deque()
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self.ha_port = 0
         store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
@@ -466,12 +471,33 @@ class AutoSwitchHAService:
                 break
             waiters.popleft()
             future.set_result(True)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
 
     def _fail_waiters(self) -> None:
         while self._waiters:
             _, future = self._waiters.popleft()
             if not future.done():
                 future.set_result(False)
+        self._deadlines.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _expire_waiters(self) -> None:
+        """The deadline timer: sends waiting for `slaveTimeout` end False
+        (FLUSH_SLAVE_TIMEOUT); the timer is set again for the next deadline."""
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+            _, future = deadlines.popleft()
+            if not future.done():
+                future.set_result(False)
+        if deadlines:
+            self._deadline_timer = loop.call_at(deadlines[0][0], self._expire_waiters)
 
     def in_sync_replicas_enough(self) -> bool:
         """`minInSyncReplicas` check before an append (§11 step 2): False = refuse."""
@@ -489,24 +515,24 @@ class AutoSwitchHAService:
         sss = self.sync_state_set
         if sss is None or self.role is not HARole.MASTER:
             return False
-        if is_acknowledged(
+        if not self._waiters and is_acknowledged(
             end_offset, sync_state_set=sss.view(), master_broker_id=self.config.broker_id,
             ack_by_slave=self.ack_by_slave(),
             all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
             in_sync_replicas=self.config.in_sync_replicas,
-        ) and not self._waiters:
+        ):
             return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         self._waiters.append((end_offset, future))
         if len(self._waiters) > 1 and self._waiters[-2][0] > end_offset:
             # Appends run in offset order, but a SYNC_FLUSH wait can reorder the callers.
             self._waiters = collections.deque(sorted(self._waiters, key=lambda w: w[0]))
-        try:
-            async with asyncio.timeout(self.config.slave_timeout_ms / 1000):
-                return await asyncio.shield(future)
-        except TimeoutError:
-            future.cancel()
-            return False
+        deadline = loop.time() + self.config.slave_timeout_ms / 1000
+        self._deadlines.append((deadline, future))
+        if self._deadline_timer is None:
+            self._deadline_timer = loop.call_at(deadline, self._expire_waiters)
+        return await future  # a cancelled caller cancels its future: skipped from then on
 
     def status(self) -> HAStatus:
         """The figures of the metrics exporter (and, later, GET_BROKER_HA_STATUS)."""
@@ -566,7 +592,11 @@ class AutoSwitchHAService:
 
     def appended(self) -> None:
         """New data in the commitlog: confirm follows (alone) and the writers wake at once
-        instead of at their next poll."""
-        self._update_confirm_offset()
+        instead of at their next poll. With acks to wait for, an append cannot move
+        confirmOffset (no slave has acked bytes past the old end): not recomputed."""
+        sss = self.sync_state_set
+        if self.store.confirm_follows_max or sss is None or len(sss.view()) <= 1 or \
+                not self.config.all_ack_in_sync_state_set:
+            self._update_confirm_offset()
         for connection in self.connections:
             connection.wakeup.set()
