@@ -319,6 +319,11 @@ async def test_role_swap_under_sync_ack_load_loses_no_acknowledged_message(
     await asyncio.gather(*workers)
     await wait_until(lambda: a.store.confirm_offset == b.store.max_phy_offset, timeout_s=20,
                      what="A caught up with B, and confirmed all of it")
+    # A slave dispatches its consume queues in a worker thread after confirming: read once that
+    # is done (a dispatch that never finishes fails here, by the deadline).
+    await wait_until(lambda: a.store.dispatch_behind_bytes == 0
+                     and b.store.dispatch_behind_bytes == 0, timeout_s=20,
+                     what="both consume queues dispatched up to the confirm offset")
     for node in (a, b):
         stored = {record.body for record in read_all(node.store, "TopicTest", 0)}
         assert not [body for body in acked if body not in stored]
