@@ -22,3 +22,37 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     return {"uvloop": uvloop.new_event_loop}
+
+
+# CI runs the suite in two passes (scripts/test.sh): `-m "not serial"` on two pytest-xdist
+# workers, then `-m serial` alone. Serial: the tests whose outcome or printed figures depend on
+# timing (event-loop stalls, close deadlines, failover seconds with real processes) and the
+# torture families (their tallies are printed by this process's terminal summary).
+SERIAL_PATHS: tuple[str, ...] = (
+    "tests/broker/test_loop_monitor.py",
+    "tests/remoting/test_hostile_clients.py",
+    "tests/integration/test_embedded_controller_failover.py",
+    "tests/integration/test_ha_processes.py",
+    "tests/interop/test_controller_mode.py",
+    "tests/interop/test_java_brokers_pyrmq_controller.py",
+    "tests/interop/test_mixed_ha_group.py",
+    "tests/torture/",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the serial tests; under xdist (`--dist loadgroup`) keep what shares an expensive
+    fixture on one worker: one group per RocketMQ release (its session classpath and the
+    module-scoped Java/pyrmq clusters), one for Spark (its SparkSession and cluster)."""
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix()
+        if path.startswith(SERIAL_PATHS):
+            item.add_marker(pytest.mark.serial)
+        elif path.startswith("tests/interop/"):
+            callspec = getattr(item, "callspec", None)
+            version = callspec.params.get("rocketmq_version") if callspec else None
+            group = f"rocketmq-{version}" if version else path
+            item.add_marker(pytest.mark.xdist_group(group))
+        elif path.startswith("tests/spark/"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
