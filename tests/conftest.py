@@ -26,8 +26,7 @@ def pytest_asyncio_loop_factories(
 
 # CI runs the suite in two passes (scripts/test.sh): `-m "not serial"` on two pytest-xdist
 # workers, then `-m serial` alone. Serial: the tests whose outcome or printed figures depend on
-# timing (event-loop stalls, close deadlines, failover seconds with real processes) and the
-# torture families (their tallies are printed by this process's terminal summary).
+# timing (event-loop stalls, close deadlines, failover seconds with real processes).
 SERIAL_PATHS: tuple[str, ...] = (
     "tests/broker/test_loop_monitor.py",
     "tests/remoting/test_hostile_clients.py",
@@ -36,7 +35,6 @@ SERIAL_PATHS: tuple[str, ...] = (
     "tests/interop/test_controller_mode.py",
     "tests/interop/test_java_brokers_pyrmq_controller.py",
     "tests/interop/test_mixed_ha_group.py",
-    "tests/torture/",
 )
 
 
