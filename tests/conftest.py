@@ -24,13 +24,11 @@ def pytest_asyncio_loop_factories(
     return {"uvloop": uvloop.new_event_loop}
 
 
-# CI runs the suite in two passes (scripts/test.sh). The first runs everything not marked
-# `serial` on two pytest-xdist workers with `--dist loadgroup`: every test that runs a JVM
-# (tests/interop, tests/spark) is in the one xdist group "jvm", so one worker runs them one after
-# the other (sharing the session's classpaths, SparkSession and the module-scoped clusters, as a
-# serial run does) while the other takes the Python-only tests: no two JVM-heavy tests at once.
-# The second pass runs the `serial` tests alone: those whose outcome or printed figures depend
-# on timing (event-loop stalls, close deadlines, heartbeats and failover seconds).
+# CI runs the suite in two passes (scripts/test.sh). The first runs every test not marked
+# `serial` as two pytest processes side by side: one runs the JVM tests (tests/interop,
+# tests/spark) one after the other, the other the Python-only tests, so no two JVM-heavy tests
+# ever run at once. The second pass runs the `serial` tests alone: those whose outcome or printed
+# figures depend on timing (event-loop stalls, close deadlines, heartbeats and failover seconds).
 SERIAL_PATHS: tuple[str, ...] = (
     "tests/broker/test_loop_monitor.py",
     "tests/remoting/test_hostile_clients.py",
@@ -40,15 +38,8 @@ SERIAL_PATHS: tuple[str, ...] = (
     "tests/interop/test_java_brokers_pyrmq_controller.py",
     "tests/interop/test_mixed_ha_group.py",
 )
-JVM_PATHS: tuple[str, ...] = ("tests/interop/", "tests/spark/")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the serial tests and put the JVM tests in xdist group "jvm" (see above)."""
-    root = config.rootpath
-    for item in items:
-        path = item.path.relative_to(root).as_posix()
-        if path.startswith(SERIAL_PATHS):
-            item.add_marker(pytest.mark.serial)
-        elif path.startswith(JVM_PATHS):
-            item.add_marker(pytest.mark.xdist_group("jvm"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if item.path.relative_to(item.config.rootpath).as_posix().startswith(SERIAL_PATHS):
+        item.add_marker(pytest.mark.serial)
