@@ -30,3 +30,27 @@ def pytest_asyncio_loop_factories(
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     return {"uvloop": uvloop.new_event_loop}
 
+
+# CI runs the suite in two passes (scripts/test.sh). The first runs every test not marked
+# `serial` as two pytest processes side by side: one runs the JVM tests (tests/interop,
+# tests/spark) one after the other, the other the Python-only tests, so no two JVM-heavy tests
+# ever run at once. The second pass runs the `serial` tests alone: those whose outcome or printed
+# figures depend on timing (event-loop stalls, close deadlines, heartbeats and failover seconds).
+SERIAL_PATHS: tuple[str, ...] = (
+    "tests/broker/test_loop_monitor.py",
+    "tests/remoting/test_hostile_clients.py",
+    "tests/integration/test_embedded_controller_failover.py",
+    "tests/integration/test_ha_processes.py",
+    "tests/interop/test_controller_mode.py",
+    "tests/interop/test_java_brokers_pyrmq_controller.py",
+    "tests/interop/test_mixed_ha_group.py",
+    "tests/interop/test_java_ha_deltas.py",
+    "tests/spark/test_failover_streaming.py",
+    "tests/controller/test_admin.py",
+    "tests/integration/test_ha_replication.py",
+)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if item.path.relative_to(item.config.rootpath).as_posix().startswith(SERIAL_PATHS):
+        item.add_marker(pytest.mark.serial)
