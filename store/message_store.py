@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import enum
 import functools
@@ -126,18 +125,6 @@ class GetMessageResult:
     queue_offsets: list[int]
 
 
-
-class _Undispatched(NamedTuple):
-    """A record appended in controller mode and not yet dispatched (see `_undispatched`)."""
-
-    since: int  # where dispatch stands before it: the previous record's end
-    phy_offset: int
-    end: int
-    queue: ConsumeQueue | None
-    queue_offset: int
-    tags_code: int
-    store_timestamp: int
-
 class MessageStore:
     """One broker's store directory. Build, `open()` (blocking), run `run()`, then `close()`."""
 
@@ -162,10 +149,6 @@ class MessageStore:
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._reput_from = 0
         self._dispatching_in_thread: asyncio.Future[int] | None = None
-        # Controller mode, records appended here and not yet dispatched (confirmOffset below
-        # them), in log order and back to back from the reput offset: their units are written
-        # from these when confirmOffset passes them, without reading the records again.
-        self._undispatched: collections.deque[_Undispatched] = collections.deque()
         self._confirm_offset = 0
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
         # default settings); the HA layer turns this off and sets confirmOffset itself.
@@ -412,21 +395,6 @@ class MessageStore:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
-        else:
-            undispatched = self._undispatched
-            since = undispatched[-1].end if undispatched else self._reput_from
-            file_size = self.config.mapped_file_size_commit_log
-            # Back to back, or first in the next file after the last one's BLANK end.
-            if since == phy_offset or (phy_offset % file_size == 0
-                                       and phy_offset - file_size <= since < phy_offset):
-                undispatched.append(_Undispatched(
-                    since, phy_offset, phy_offset + msg.total_size, queue, queue_offset,
-                    0 if queue is None else unit_tags_code(
-                        msg.topic, msg.queue_id, store_timestamp, msg.tags_code,
-                        self._delays_ms),
-                    store_timestamp))
-            else:
-                undispatched.clear()  # not back to back: dispatch reads the records
         if queue is not None and queue.spare_wanted() is not None:
             self._want_spare(queue)
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
@@ -450,7 +418,6 @@ class MessageStore:
             batch, first_queue_offset=queue_offset, store_timestamp=store_timestamp
         )
         self._queue_offsets[key] = queue_offset + batch.count
-        self._undispatched.clear()  # (dispatch reads a batch's records)
         if self.confirm_follows_max:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
@@ -638,13 +605,9 @@ class MessageStore:
             count += self._dispatcher.dispatch_live(check)
             touched.add((check.topic, check.queue_id))
 
-        if self._undispatched:
-            count += self._dispatch_undispatched(bound, touched)
-        if self._undispatched:
-            pass  # the next record appended here ends past the bound
-        elif bound - self._reput_from >= BULK_DISPATCH_BYTES:
+        if bound - self._reput_from >= BULK_DISPATCH_BYTES:
             self._reput_from = self._dispatch_bulk(self._reput_from, bound, touched)
-        if self._reput_from < bound and not self._undispatched:
+        if self._reput_from < bound:
             self._reput_from = self._scan_range(self._reput_from, bound, on_record)
         if self._dispatcher.skipped:
             self._realign_skipped_queues()
@@ -652,32 +615,6 @@ class MessageStore:
         if listener is not None:
             for topic, queue_id in touched:
                 listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
-        return count
-
-    def _dispatch_undispatched(self, bound: int, touched: set[tuple[str, int]]) -> int:
-        """Write the units of the records appended here that end at or below `bound`, from
-        what the append knew (`dispatch_live`'s rules: a unit the queue holds is skipped, one
-        out of order refused and counted)."""
-        undispatched = self._undispatched
-        dispatcher = self._dispatcher
-        count = 0
-        if undispatched[0].since != self._reput_from:
-            undispatched.clear()  # no longer where dispatch stands: it reads the records
-            return 0
-        while undispatched and undispatched[0].end <= bound:
-            record = undispatched.popleft()
-            queue = record.queue
-            if queue is not None and record.queue_offset >= queue.max_offset:
-                try:
-                    queue.put(record.queue_offset, record.phy_offset,
-                              record.end - record.phy_offset, record.tags_code)
-                except QueueOrderError as err:
-                    dispatcher.refused(queue.topic, queue.queue_id, err)
-                else:
-                    count += 1
-                    dispatcher.last_store_timestamp = record.store_timestamp
-                touched.add((queue.topic, queue.queue_id))
-            self._reput_from = record.end
         return count
 
     def _dispatch_bulk(self, start: int, end: int, touched: set[tuple[str, int]]) -> int:
@@ -848,7 +785,6 @@ class MessageStore:
             write_epoch_file(self.epoch_file_path, trimmed.entries)
             self.epoch_cache = trimmed
         self._reput_from = min(self._reput_from, phy_offset)
-        self._undispatched.clear()
         self._confirm_offset = min(self._confirm_offset, phy_offset)
         self._rebuild_queue_offsets()
         log.info("truncated store old_max_phy_offset=%d new_max_phy_offset=%d",

@@ -115,7 +115,7 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
     """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files)."""
     root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
     stores = []
-    for name in ("one", "bulk", "appended"):
+    for name in ("one", "bulk"):
         store = MessageStore(small_config(root / name, enable_controller_mode=True))
         store.open()
         store.confirm_follows_max = False
@@ -123,33 +123,28 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
             topic = TOPICS[kind % 2]
             store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
                                          tags=f"t{kind}"))
-        if name != "appended":
-            store._undispatched.clear()  # these two read the records back
         stores.append(store)
-    arrivals: list[list[tuple[str, int, int]]] = [[], [], []]
+    arrivals: list[list[tuple[str, int, int]]] = [[], []]
     try:
         for store, seen in zip(stores, arrivals, strict=True):
             store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
         end = stores[0].max_phy_offset
-        assert end == stores[1].max_phy_offset == stores[2].max_phy_offset
+        assert end == stores[1].max_phy_offset
         original = message_store_module.BULK_DISPATCH_BYTES
         confirm = 0
         for step in [*steps, end]:
             confirm = min(end, confirm + step)
-            for store, threshold in zip(stores, (1 << 62, 0, 1 << 62), strict=True):
+            for store, threshold in zip(stores, (1 << 62, 0), strict=True):
                 setattr(message_store_module, "BULK_DISPATCH_BYTES", threshold)  # noqa: B010
                 try:
                     store.set_confirm_offset(confirm)
                 finally:
                     setattr(message_store_module, "BULK_DISPATCH_BYTES", original)  # noqa: B010
             assert _store_state(stores[1]) == _store_state(stores[0])
-            assert _store_state(stores[2]) == _store_state(stores[0])
             assert sorted(arrivals[1]) == sorted(arrivals[0])
-            assert sorted(set(arrivals[2])) == sorted(set(arrivals[0]))
-            for seen in arrivals:
-                seen.clear()
+            arrivals[0].clear()
+            arrivals[1].clear()
         assert stores[1].dispatch_behind_bytes == 0
-        assert not stores[2]._undispatched
     finally:
         for store in stores:
             store.close()
@@ -163,7 +158,6 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         store.confirm_follows_max = False
         for index in range(100):
             store.append_message(message(b"x" * 1000, queue_id=index % 2))
-        store._undispatched.clear()  # read back, not from what the appends knew
         calls: list[int] = []
         original = store._dispatch_bulk
 
@@ -177,31 +171,5 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         assert calls[0] >= message_store_module.BULK_DISPATCH_BYTES
         assert store.max_offset_in_queue("TopicTest", 0) == 50
         assert store.max_offset_in_queue("TopicTest", 1) == 50
-    finally:
-        store.close()
-
-
-def test_records_appended_here_are_dispatched_without_reading_them(tmp_path: Path) -> None:
-    """A controller-mode master dispatches its own appends from what the append knew (the
-    guard that the property above compares a third path): no scan of the log runs."""
-    store = MessageStore(small_config(tmp_path, enable_controller_mode=True))
-    store.open()
-    try:
-        store.confirm_follows_max = False
-        ends = [store.append_message(message(b"x" * 1000, queue_id=index % 2)).end_offset
-                for index in range(100)]
-
-        def no_scan(*_: object) -> int:
-            raise AssertionError("the log was read back")
-
-        store._dispatch_bulk = no_scan  # type: ignore[method-assign,assignment]
-        store._scan_range = no_scan  # type: ignore[method-assign,assignment]
-        store.set_confirm_offset(ends[40])
-        assert store.max_offset_in_queue("TopicTest", 0) == 21
-        assert store.max_offset_in_queue("TopicTest", 1) == 20
-        store.set_confirm_offset(ends[-1])
-        assert store.max_offset_in_queue("TopicTest", 0) == 50
-        assert store.max_offset_in_queue("TopicTest", 1) == 50
-        assert store.dispatch_behind_bytes == 0
     finally:
         store.close()
