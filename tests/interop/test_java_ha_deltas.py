@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pytest
 
-from controller_client.client import ControllerClient, ReplicaInfo
+from controller_client.client import ReplicaInfo
 from pyrmq_client import BrokerClient, Message
 from remoting.codes import ResponseCode
 from store.epoch_file import EPOCH_FILE_NAME, parse_epoch_file
@@ -64,6 +64,7 @@ from tests.interop.controller_group import (
     bodies_in,
     commitlog,
     wait_identical,
+    wait_replica_info,
     written,
 )
 from tests.interop.harness import JavaEnv, JavaServer
@@ -162,18 +163,7 @@ async def wait_for(check: Callable[[], object], *, what: str, timeout_s: float =
 async def replica_info(controller: PyrmqProcess, done: Callable[[ReplicaInfo], bool], *,
                        what: str, timeout_s: float = WAIT_S) -> ReplicaInfo:
     """Poll the controller's GET_REPLICA_INFO until `done`."""
-    client = ControllerClient((controller.addr,))
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            info = await client.get_replica_info(BROKER)
-            if done(info):
-                return info
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: last {info}")
-            await asyncio.sleep(0.1)
-    finally:
-        await client.close()
+    return await wait_replica_info(controller.addr, done, what=what, timeout_s=timeout_s)
 
 
 def master_is(address: str) -> Callable[[ReplicaInfo], bool]:
