@@ -67,6 +67,36 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S
 
 
+def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
+    """{pid: (command name, user + system CPU seconds)} of every process readable now."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        found[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S)
+    return found
+
+
+def busiest(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+            seconds: float, *, top: int = 4) -> str:
+    """The processes that used the most CPU between two `cpu_seconds_by_process()` snapshots
+    taken `seconds` apart, as "name pid: N % of a core, ..." (those above 2 % only)."""
+    used = sorted(
+        ((cpu - before.get(pid, (name, 0.0))[1], name, pid)
+         for pid, (name, cpu) in after.items()),
+        reverse=True,
+    )
+    shown = [f"{name} {pid}: {100 * cpu / max(seconds, 1e-9):.0f} %"
+             for cpu, name, pid in used[:top] if cpu / max(seconds, 1e-9) > 0.02]
+    return ", ".join(shown) or "nothing above 2 %"
+
+
 @dataclass(eq=False)
 class Child:
     """One child process and its output files (stdout.txt, stderr.txt in work_dir)."""

@@ -9,15 +9,17 @@ at i / rate seconds, whatever the broker does), latencies in HdrHistograms:
 - publish: the send call to its callback (the broker's acknowledgement);
 - end-to-end: the send call to the push consumer's listener (same JVM, same clock).
 
-Each broker is measured at 20,000 and 50,000 msg/s: WARMUP_S of warm-up, then WINDOW_S measured
-(DRAIN_S more for the consumer to receive what the window sent); the broker not measured (and
-its name server) is paused meanwhile. Printed per rate: p50, p99, p99.9 and max of both
-latencies for each broker and their ratios pyrmq/Java (below 1: pyrmq is faster), the CPU each
-broker used, and pyrmq's event-loop stalls over 10 ms during its window, with their causes,
-from its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must only
-measure something (a broker that did not keep up is printed as NOT MEASURED, with its counts;
-one whose window has not closed a minute after it was due is printed as DID NOT HOLD the rate,
-with the broker CPU it used meanwhile).
+Each broker is measured at each rate of RATES: WARMUP_S of warm-up (its first RAMP_S a linear
+ramp from a tenth of the rate up to it, so that a cold client JVM does not start behind), then
+WINDOW_S measured at the full rate (DRAIN_S more for the consumer to receive what the window
+sent); the broker not measured (and its name server) is paused meanwhile. Printed per rate:
+p50, p99, p99.9 and max of both latencies for each broker and their ratios pyrmq/Java (below 1:
+pyrmq is faster), the CPU each broker used, what the whole machine used (and its busiest
+processes), and pyrmq's event-loop stalls over 10 ms during its window, with their causes, from
+its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must only measure
+something (a broker that did not keep up is printed as NOT MEASURED, with its counts; one whose
+window has not closed a minute after it was due is printed as DID NOT HOLD the rate, with the
+broker CPU it used meanwhile).
 Cost: about 4 x (WARMUP_S + WINDOW_S + ~10 s) plus start-up, ~4 minutes.
 """
 
@@ -38,7 +40,16 @@ from typing import Final
 import pytest
 
 from benchmarks.conftest import record
-from benchmarks.peers import create_topic, last_json_line, paused, process_cpu_seconds, route_ready
+from benchmarks.peers import (
+    busiest,
+    cpu_seconds_by_process,
+    create_topic,
+    last_json_line,
+    machine_busy_seconds,
+    paused,
+    process_cpu_seconds,
+    route_ready,
+)
 from tests.interop.harness import (
     CLIENT_SYSPROPS,
     NEWEST,
@@ -61,6 +72,7 @@ RATES: Final = tuple(
 QUEUES: Final = 16
 BODY_BYTES: Final = 1024
 WARMUP_S: Final = 10
+RAMP_S: Final = 5
 WINDOW_S: Final = 30
 DRAIN_S: Final = 5
 REPORT_S: Final = 5
@@ -140,6 +152,9 @@ class Run:
     intervals: list[str]
     # The broker's log written during the measured window (pyrmq: its stall reports).
     window_log: str
+    # What the whole machine did over the window: busy % of all cores and the busiest
+    # processes (a run that measured nothing says whether something else took the CPU).
+    machine: str = ""
     # False: the window had not closed by its deadline (the broker, or the load generator
     # with it, fell behind the rate); the run is reported as not holding the rate.
     held: bool = True
@@ -155,14 +170,15 @@ class Run:
     def counts(self) -> str:
         if not self.held:
             return (f"DID NOT HOLD the rate: its {WINDOW_S} s window had not closed "
-                    f"{RUN_EXTRA_S:.0f} s after it was due")
+                    f"{RUN_EXTRA_S:.0f} s after it was due; {self.machine}")
         r = self.result
         return (f"sent {r['sent']:,}, acked {r['acked']:,}, received {r['received']:,}, "
                 f"errors {r['send_errors']}, missing {r['missing']}, client behind schedule "
                 f"at most {float(r['behind_max_ms']):.0f} ms, "  # type: ignore[arg-type]
                 # The load generator shares the 2 cores: its CPU says when the machine, not
                 # the broker, is the limit.
-                f"load generator CPU {float(r['client_cpu_pct']):.0f} %")  # type: ignore[arg-type]
+                f"load generator CPU {float(r['client_cpu_pct']):.0f} %; "  # type: ignore[arg-type]
+                f"{self.machine}")
 
 
 def _remove_stored_data(base: Path) -> None:
@@ -211,7 +227,8 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     """LatencyBench to its end; raises (with its output) if it fails or outlives its windows.
     `broker_log` reads the broker's log: what it wrote during the window is kept."""
     opts: dict[str, int | str] = {
-        "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "duration-s": WINDOW_S,
+        "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "ramp-s": RAMP_S,
+        "duration-s": WINDOW_S,
         "drain-s": DRAIN_S, "report-s": REPORT_S, "queues": QUEUES, "group": f"latency_{name}",
         **(options or {}),
     }
@@ -226,6 +243,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         deadline = time.monotonic() + timeout_s
         process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
         opened = (process_cpu_seconds(broker_pid), time.monotonic())
+        machine_opened = (machine_busy_seconds(), cpu_seconds_by_process())
         log_from = len(broker_log())
         held = True
         try:
@@ -236,21 +254,26 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
                 raise
             held = False  # still sending the window's messages: behind the rate
         closed = (process_cpu_seconds(broker_pid), time.monotonic())
+        machine_closed = (machine_busy_seconds(), cpu_seconds_by_process())
         window_log = broker_log()[log_from:]
         code = process.wait(max(deadline - time.monotonic(), 1.0)) if held else 0
     finally:
         process.kill()
     assert code == 0, process.diagnostics()
     out = process.stdout()
-    cpu_pct = 100 * (closed[0] - opened[0]) / max(closed[1] - opened[1], 1e-9)
+    seconds = max(closed[1] - opened[1], 1e-9)
+    cpu_pct = 100 * (closed[0] - opened[0]) / seconds
+    machine = (f"machine busy {100 * (machine_closed[0] - machine_opened[0]) / seconds:.0f} % of "
+               f"{100 * (os.cpu_count() or 1)} %, the most: "
+               f"{busiest(machine_opened[1], machine_closed[1], seconds)}")
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
     if not held:
         print(f"\n{name} did not hold {rate} msg/s:\n{process.diagnostics()}")
-        return Run({}, cpu_pct, intervals, window_log, held=False)
+        return Run({}, cpu_pct, intervals, window_log, machine, held=False)
     result = last_json_line(out, what=name)
     if not result["acked"] or not result["received"]:
         print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
-    return Run(result, cpu_pct, intervals, window_log)
+    return Run(result, cpu_pct, intervals, window_log, machine)
 
 
 def stalls_in(log: str) -> list[tuple[float, str, str]]:
@@ -301,4 +324,5 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     # A run must measure something: at least one broker kept up with the rate enough to have
     # sends acknowledged and consumed (else the benchmark itself, or this machine, is broken).
     assert any(run.result.get("acked") and run.result.get("received") for run in (ours, theirs)), \
-        f"neither broker had a send acknowledged and consumed at {rate} msg/s"
+        f"neither broker had a send acknowledged and consumed at {rate} msg/s (pyrmq's window: " \
+        f"{ours.machine}; Java's: {theirs.machine})"

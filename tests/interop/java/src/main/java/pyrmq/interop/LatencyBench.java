@@ -23,15 +23,20 @@ import org.apache.rocketmq.common.message.MessageExt;
  * (asynchronous sends, a callback per message), and one push consumer in the same JVM.
  *
  * <pre>
- *   LatencyBench namesrv topic [--rate=50000 --body-bytes=1024 --warmup-s=10 --duration-s=30
- *                               --drain-s=10 --report-s=5 --queues=16 --group=pyrmq_latency
- *                               --timeout-s=120]
+ *   LatencyBench namesrv topic [--rate=50000 --body-bytes=1024 --warmup-s=10 --ramp-s=5
+ *                               --duration-s=30 --drain-s=10 --report-s=5 --queues=16
+ *                               --group=pyrmq_latency --timeout-s=120]
  * </pre>
  *
  * <p>The producer starts once the push consumer holds all `queues` queues of the topic (or after
- * 30 s, with a warning), so that the run does not begin with a backlog. Open loop: message i is due at start + i / rate whatever happened to earlier ones (a slow
+ * 30 s, with a warning), so that the run does not begin with a backlog. Open loop: each message
+ * is due one interval (1 / rate) after the one before, whatever happened to earlier ones (a slow
  * broker does not slow the producer down, so stalls are not hidden: coordinated omission). The
- * sender thread sends every message that is due, then parks until the next one. Each body starts
+ * sender thread sends every message that is due, then parks until the next one. During the
+ * first ramp-s of the warm-up the rate climbs linearly from a tenth of `rate` to `rate`: a cold
+ * client JVM (its JIT compiling on the same two cores as the broker) sent the full rate at once
+ * fell into send timeouts it never recovered from, for either broker, in one CI run. The
+ * measured window always runs at the full rate (ramp-s is at most warmup-s). Each body starts
  * with the System.nanoTime() of its send call (8 bytes), so the consumer, in this JVM, measures
  * end-to-end latency (send call to the consumer's listener) with the same clock.
  *
@@ -53,7 +58,8 @@ import org.apache.rocketmq.common.message.MessageExt;
  */
 public final class LatencyBench {
     static final String USAGE = "LatencyBench <namesrv> <topic> [--rate=50000] [--body-bytes=1024]"
-        + " [--warmup-s=10] [--duration-s=30] [--drain-s=10] [--report-s=5] [--queues=16]"
+        + " [--warmup-s=10] [--ramp-s=5] [--duration-s=30] [--drain-s=10] [--report-s=5]"
+        + " [--queues=16]"
         + " [--group=pyrmq_latency] [--timeout-s=120]";
     private static final String PRODUCER_GROUP = "pyrmq_latency_producer";
     private static final long HIGHEST_US = 3_600_000_000L;
@@ -95,6 +101,7 @@ public final class LatencyBench {
         int rate = args.intOption("rate", 50_000);
         int bodyBytes = Math.max(8, args.intOption("body-bytes", 1024));
         long warmupNanos = args.intOption("warmup-s", 10) * 1_000_000_000L;
+        long rampNanos = Math.min(warmupNanos, args.intOption("ramp-s", 5) * 1_000_000_000L);
         long durationNanos = args.intOption("duration-s", 30) * 1_000_000_000L;
         long drainNanos = args.intOption("drain-s", 10) * 1_000_000_000L;
         long reportNanos = Math.max(1, args.intOption("report-s", 5)) * 1_000_000_000L;
@@ -150,7 +157,7 @@ public final class LatencyBench {
         Thread reporter = new Thread(() -> report(stats, start, reportNanos), "latency-report");
         reporter.setDaemon(true);
         reporter.start();
-        Sender sender = new Sender(producer, topic, rate, start, stats,
+        Sender sender = new Sender(producer, topic, rate, start, rampNanos, stats,
             Common.body("latency", bodyBytes));
         Thread senderThread = new Thread(sender, "latency-sender");
         senderThread.start();
@@ -192,44 +199,55 @@ public final class LatencyBench {
         System.exit(Common.EXIT_OK);
     }
 
-    /** Sends message i at start + i / rate (open loop), until told to stop. */
+    /** Sends each message one interval after the one before (open loop), until told to stop. */
     static final class Sender implements Runnable {
+        /** The ramp starts at this fraction of the rate. */
+        static final double RAMP_FROM = 0.1;
         final DefaultMQProducer producer;
         final String topic;
         final int rate;
         final long start;
+        final long rampNanos;
         final Stats stats;
         final byte[] template;
         volatile boolean stop;
         volatile long sent;
         volatile long measuredSent;
         volatile long behindMax;
+        // When the next message is due (nanoTime; a double so that 1e9 / rate adds up exactly
+        // enough: over an hour the error stays far below a microsecond).
+        private volatile double nextDue;
 
-        Sender(DefaultMQProducer producer, String topic, int rate, long start, Stats stats,
-               byte[] template) {
+        Sender(DefaultMQProducer producer, String topic, int rate, long start, long rampNanos,
+               Stats stats, byte[] template) {
             this.producer = producer;
             this.topic = topic;
             this.rate = rate;
             this.start = start;
+            this.rampNanos = rampNanos;
             this.stats = stats;
             this.template = template;
+            this.nextDue = start;
         }
 
-        /** Message i is due i / rate seconds after the start (an hour at 10^6 msg/s: 3.6e18). */
-        long dueAt(long index) {
-            return start + index * 1_000_000_000L / rate;
+        /** The rate (msg/s) at `elapsed` nanoseconds after the start: the ramp, then `rate`. */
+        double rateAt(double elapsed) {
+            if (elapsed >= rampNanos) {
+                return rate;
+            }
+            return rate * (RAMP_FROM + (1 - RAMP_FROM) * Math.max(0, elapsed) / rampNanos);
         }
 
         /** How far behind its schedule the sender is at `now` (0 when on time). */
         long behindNow(long now) {
-            return Math.max(0, now - dueAt(sent));
+            return Math.max(0, now - (long) nextDue);
         }
 
         @Override
         public void run() {
             while (!stop) {
                 long now = System.nanoTime();
-                long due = dueAt(sent);
+                long due = (long) nextDue;
                 if (now < due) {
                     LockSupport.parkNanos(Math.max(due - now, 1_000));
                     continue;
@@ -243,6 +261,7 @@ public final class LatencyBench {
                 }
                 send(body, sentAt, measured);
                 sent++;
+                nextDue += 1e9 / rateAt(nextDue - start);
                 stats.sentInterval.incrementAndGet();
                 if (measured) {
                     measuredSent++;
