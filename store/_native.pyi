@@ -54,6 +54,30 @@ def encode_message(
     append_prop_crc: bool,
     /,
 ) -> tuple[bytes, int] | None: ...
+def append_message(
+    buf: Buffer,
+    pos: int,
+    body: Buffer,
+    properties: Buffer,
+    topic_part: Buffer,
+    magic_code: int,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: Buffer,
+    store_host: Buffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    append_prop_crc: bool,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    cq_buf: Buffer | None,
+    cq_pos: int,
+    /,
+) -> tuple[int, int] | None: ...
+def encode_properties(props: object, /) -> bytes | None: ...
 def batch_body_is_plain(body: Buffer, append_prop_crc: bool, /) -> bool: ...
 def encode_batch(
     body: Buffer,
