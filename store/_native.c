@@ -1348,7 +1348,7 @@ PyDoc_STRVAR(append_message_doc,
 "None, with nothing written, where encode_message answers None or the record and the\n"
 "8-byte end-of-file minimum do not fit buf after pos: the caller's general path\n"
 "(prepare_message, then a roll if needed) takes the message. ValueError, before any write,\n"
-"when the unit does not fit cq_buf.");
+"for a position outside buf or a unit that does not fit cq_buf.");
 
 #define END_FILE_MIN_BLANK_BYTES 8
 #define BORN_V6 0x10  /* SYSFLAG: BORNHOST is IPv6 */
@@ -1396,8 +1396,11 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    if (pos < 0 || pos > buf.len ||
-        (size_t)(buf.len - pos) < m.total + END_FILE_MIN_BLANK_BYTES) {
+    if (pos < 0 || pos > buf.len) {
+        PyErr_Format(PyExc_ValueError, "position %zd outside a %zd-byte buffer", pos, buf.len);
+        goto done;
+    }
+    if ((size_t)(buf.len - pos) < m.total + END_FILE_MIN_BLANK_BYTES) {
         result = Py_NewRef(Py_None);
         goto done;
     }
