@@ -50,9 +50,10 @@ from store.errors import (
 from store.host_port import HostPort
 from store.message_batch import EncodedBatch
 from store.message_encoder import EncodedMessage, encoded_topic, prepare_message
+from store.message_properties import PROPERTY_CRC_RESERVED_BYTES
 from store.native import native as _native
 from store.record_check import CheckStatus, RecordCheck, check_record
-from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2, read_store_timestamp
+from store.record_layout import FIXED_BYTES, MAGIC_CODE_V1, MAGIC_CODE_V2, read_store_timestamp
 from store.recovery import RecordBatch, ScanStop, scan_file_fast
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
@@ -621,6 +622,45 @@ class MessageStore:
         await self._prepare_files(msg.topic, msg.queue_id, msg.total_size,
                                   1 if takes_queue_offset(msg.sys_flag) else 0)
         result = self.append_message(msg)
+        return PutResult(await self._wait_flush(result.end_offset), result)
+
+    async def put_message_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        flag: int,
+        body: bytes,
+        properties: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: HostPort,
+        store_host: HostPort,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        """`put_message(prepare_message(...))` of one message's fields, with the store's
+        limits (the broker's send): `append_message_fields` when every file the append needs
+        exists, else exactly that (its files made in a worker thread first)."""
+        key = (topic, queue_id)
+        queue = self.consume_queues.get(topic, queue_id)
+        # An upper bound of the record's size (the topic's UTF-8 at 4 bytes a char, a final
+        # 0x02 added to the properties): only ever early in asking for the next file.
+        size_max = FIXED_BYTES[-1] + len(body) + 2 + 4 * len(topic) + 2 + len(properties) + 1 \
+            + PROPERTY_CRC_RESERVED_BYTES
+        if (
+            queue is None
+            or self.commitlog.file_needed_for(size_max) is not None
+            or queue.file_needed_for(self._queue_offsets.get(key, 0)) is not None
+        ):
+            return await self.put_message(prepare_message(
+                topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
+                sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+                store_host=store_host, reconsume_times=reconsume_times,
+                append_prop_crc=self.config.enabled_append_prop_crc,
+                max_message_size=self.config.max_message_size,
+            ))
+        result = self.append_message_fields(
+            topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+            store_host, reconsume_times)
         return PutResult(await self._wait_flush(result.end_offset), result)
 
     async def put_batch(self, batch: EncodedBatch) -> PutResult:

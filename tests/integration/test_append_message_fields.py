@@ -1,14 +1,16 @@
 """`MessageStore.append_message_fields` (a send's one C call for the common message) stores
-what `append_message(prepare_message(...))` stores: the same commitlog and consume-queue
-bytes, the same results, the same refusals, across file rolls, queues, the schedule topic,
-transaction types, hosts and properties C leaves to Python; with the C extension and without.
+what `append_message(prepare_message(...))` stores, and `put_message_fields` what
+`put_message(prepare_message(...))` stores: the same commitlog and consume-queue bytes, the
+same results, the same refusals, across file rolls, queues, the schedule topic, transaction
+types, hosts and properties C leaves to Python; with the C extension and without.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -73,21 +75,31 @@ def sends(seed: int, count: int) -> list[dict[str, Any]]:
     return out
 
 
-Append = Callable[[MessageStore, dict[str, Any]], AppendResult]
+Append = Callable[[MessageStore, dict[str, Any]], Awaitable[AppendResult]]
 
 
-def by_fields(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
+async def by_fields(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
     return target.append_message_fields(**fields)
 
 
-def by_prepare(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
+async def by_prepare(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
     return target.append_message(prepare_message(
         **fields, append_prop_crc=target.config.enabled_append_prop_crc,
         max_message_size=target.config.max_message_size))
 
 
-def run(root: Path, append: Append, plan: list[dict[str, Any]]) -> tuple[list[object],
-                                                                          dict[str, bytes]]:
+async def put_fields(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
+    return (await target.put_message_fields(**fields)).append
+
+
+async def put_prepared(target: MessageStore, fields: dict[str, Any]) -> AppendResult:
+    return (await target.put_message(prepare_message(
+        **fields, append_prop_crc=target.config.enabled_append_prop_crc,
+        max_message_size=target.config.max_message_size))).append
+
+
+async def run(root: Path, append: Append, plan: list[dict[str, Any]]) -> tuple[
+        list[object], dict[str, bytes]]:
     clock = itertools.count(1_700_000_000_000)
     target = MessageStore(replace(small_config(root), mapped_file_size_consume_queue=20 * 30),
                           wall_ms=lambda: next(clock))
@@ -96,20 +108,27 @@ def run(root: Path, append: Append, plan: list[dict[str, Any]]) -> tuple[list[ob
     for index, fields in enumerate(plan):
         target.fenced = index % 97 == 50  # refused writes, now and then
         try:
-            results.append(append(target, fields))
+            results.append(await append(target, fields))
         except StoreError as err:
             results.append(f"{type(err).__name__}: {err}")
     target.fenced = False
     target.close()
-    files = {str(path.relative_to(root)): path.read_bytes()
-             for path in sorted(root.rglob("*"))
-             if path.is_file() and ("commitlog" in path.parts or "consumequeue" in path.parts)}
-    return results, files
+    return results, store_files(root)
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and ("commitlog" in path.parts or "consumequeue" in path.parts)}
 
 
 @pytest.mark.parametrize("with_c", [True, False], ids=["c", "python"])
-def test_append_message_fields_stores_what_prepare_and_append_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_c: bool
+@pytest.mark.parametrize(("fields", "prepared"), [(by_fields, by_prepare),
+                                                  (put_fields, put_prepared)],
+                         ids=["append", "put"])
+async def test_append_message_fields_stores_what_prepare_and_append_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_c: bool, fields: Append,
+    prepared: Append,
 ) -> None:
     assert native is not None, "store._native is not built"
     if not with_c:
@@ -118,8 +137,9 @@ def test_append_message_fields_stores_what_prepare_and_append_store(
                        store.recovery):
             monkeypatch.setattr(module, "_native", None)
     plan = sends(seed=13, count=600)
-    got, got_files = run(tmp_path / "fields", by_fields, plan)
-    expected, expected_files = run(tmp_path / "prepare", by_prepare, plan)
+    async with asyncio.timeout(60):
+        got, got_files = await run(tmp_path / "fields", fields, plan)
+        expected, expected_files = await run(tmp_path / "prepare", prepared, plan)
     assert got == expected
     assert got_files == expected_files
     refused = [r for r in got if isinstance(r, str)]
