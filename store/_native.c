@@ -1340,15 +1340,19 @@ PyDoc_STRVAR(append_message_doc,
 "append_message(buf, pos, body, properties, topic_part, magic_code, queue_id, flag,\n"
 "               sys_flag, born_timestamp, born_host, store_host, reconsume_times,\n"
 "               prepared_transaction_offset, append_prop_crc, queue_offset, phy_offset,\n"
-"               store_timestamp, cq_buf, cq_pos, /) -> (total_size, tags_code) | None\n\n"
+"               clock, last_store_timestamp, cq_buf, cq_pos, /)\n"
+"    -> (total_size, tags_code, store_timestamp) | None\n\n"
 "encode_message and write_record in one pass, straight into buf[pos:] (the record's bytes\n"
 "are written once, never read back), then the record's consume-queue unit (phy_offset,\n"
 "total_size, tags_code) at cq_buf[cq_pos:] unless cq_buf is None. The message arguments are\n"
 "encode_message's, except `sys_flag`: the client's, its V6 bits set here from the hosts.\n"
-"None, with nothing written, where encode_message answers None or the record and the\n"
-"8-byte end-of-file minimum do not fit buf after pos: the caller's general path\n"
-"(prepare_message, then a roll if needed) takes the message. ValueError, before any write,\n"
-"for a position outside buf or a unit that does not fit cq_buf.");
+"STORETIMESTAMP is clock() (ms; a callable that must not touch the store), or\n"
+"last_store_timestamp if that is later; the clock is called only once the message is C's.\n"
+"None, with nothing written and the clock not read, where encode_message answers None or\n"
+"the record and the 8-byte end-of-file minimum do not fit buf after pos: the caller's\n"
+"general path (prepare_message, then a roll if needed) takes the message. ValueError, before\n"
+"any write, for a position outside buf or a unit that does not fit cq_buf; the clock's\n"
+"exception, before any write, if it raises.");
 
 #define END_FILE_MIN_BLANK_BYTES 8
 #define BORN_V6 0x10  /* SYSFLAG: BORNHOST is IPv6 */
@@ -1359,16 +1363,17 @@ static PyObject *
 native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != MESSAGE_ARGS + 7) {
-        PyErr_Format(PyExc_TypeError, "append_message takes 20 arguments (%zd given)", nargs);
+    if (nargs != MESSAGE_ARGS + 8) {
+        PyErr_Format(PyExc_TypeError, "append_message takes 21 arguments (%zd given)", nargs);
         return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     long long queue_offset = PyLong_AsLongLong(args[15]);
     long long phy_offset = PyLong_AsLongLong(args[16]);
-    long long store_timestamp = PyLong_AsLongLong(args[17]);
-    int with_unit = args[18] != Py_None;
-    Py_ssize_t cq_pos = with_unit ? PyLong_AsSsize_t(args[19]) : 0;
+    PyObject *clock = args[17];
+    long long last_store_timestamp = PyLong_AsLongLong(args[18]);
+    int with_unit = args[19] != Py_None;
+    Py_ssize_t cq_pos = with_unit ? PyLong_AsSsize_t(args[20]) : 0;
     if (PyErr_Occurred())
         return NULL;
     message_fields m;
@@ -1387,7 +1392,7 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     got_buf = 1;
     if (with_unit) {
-        if (PyObject_GetBuffer(args[18], &cq, PyBUF_WRITABLE) < 0)
+        if (PyObject_GetBuffer(args[19], &cq, PyBUF_WRITABLE) < 0)
             goto done;
         got_cq = 1;
         if (cq_pos < 0 || cq_pos > cq.len || cq.len - cq_pos < 20) {
@@ -1404,6 +1409,17 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
         goto done;
     }
+    /* The message is C's: only now is the clock read (once per record written, as the general
+     * path reads it), never going back from the last store timestamp. */
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL)
+        goto done;
+    long long store_timestamp = PyLong_AsLongLong(now);
+    Py_DECREF(now);
+    if (store_timestamp == -1 && PyErr_Occurred())
+        goto done;
+    if (store_timestamp < last_store_timestamp)
+        store_timestamp = last_store_timestamp;
     /* The header is built on the stack and the CRCs read the sources, never the mapping:
      * lines just written to cold commitlog pages would wait for their fetch from memory. */
     const uint8_t *body = m.view[0].buf;
@@ -1432,7 +1448,8 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         put_be32_at(unit + 8, (uint32_t)m.total);
         put_be64(unit + 12, m.tags_code);
     }
-    result = Py_BuildValue("(nL)", (Py_ssize_t)m.total, (long long)m.tags_code);
+    result = Py_BuildValue("(nLL)", (Py_ssize_t)m.total, (long long)m.tags_code,
+                           store_timestamp);
 done:
     if (got_cq)
         PyBuffer_Release(&cq);

@@ -1,5 +1,7 @@
 """Type stub for the C extension `store/_native.c`."""
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import Buffer
@@ -72,11 +74,12 @@ def append_message(
     append_prop_crc: bool,
     queue_offset: int,
     phy_offset: int,
-    store_timestamp: int,
+    clock: Callable[[], int],
+    last_store_timestamp: int,
     cq_buf: Buffer | None,
     cq_pos: int,
     /,
-) -> tuple[int, int] | None: ...
+) -> tuple[int, int, int] | None: ...
 def encode_properties(props: object, /) -> bytes | None: ...
 def batch_body_is_plain(body: Buffer, append_prop_crc: bool, /) -> bool: ...
 def encode_batch(

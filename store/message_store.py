@@ -375,11 +375,6 @@ class MessageStore:
         A message that takes no queue offset (PREPARED, ROLLBACK) is stored with queue offset
         0 and no consume-queue unit. `DispatchError`: appended, but its unit was refused.
         """
-        return self._append_encoded(msg, None)
-
-    def _append_encoded(self, msg: EncodedMessage, store_timestamp: int | None) -> AppendResult:
-        """`append_message`, with the store timestamp already taken (`append_message_fields`
-        handing a message over after reading the clock) or None to take it here."""
         self._check_writable()
         key = (msg.topic, msg.queue_id)
         takes_offset = takes_queue_offset(msg.sys_flag)
@@ -388,8 +383,7 @@ class MessageStore:
             else None
         if queue is not None:
             queue.prepare_for(queue_offset)
-        if store_timestamp is None:
-            store_timestamp = self._store_timestamp()
+        store_timestamp = self._store_timestamp()
         phy_offset = self.commitlog.append_message(
             msg, queue_offset=queue_offset, store_timestamp=store_timestamp
         )
@@ -472,16 +466,13 @@ class MessageStore:
                 topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                 store_host, reconsume_times)
         magic_code, topic_part = encoded_topic(topic, False)  # MessageIllegalError first
-        # _store_timestamp, inlined.
-        store_timestamp = self.wall_ms()
-        if store_timestamp < self._last_store_timestamp:
-            store_timestamp = self._last_store_timestamp
-        self._last_store_timestamp = store_timestamp
         faults = testhooks.FAULTS_ON
         written = native.append_message(
             commitlog_file.buf, pos, body, properties, topic_part, magic_code, queue_id, flag,
             sys_flag, born_timestamp, born_host.packed, store_host.packed, reconsume_times, 0,
-            self.config.enabled_append_prop_crc, queue_offset, phy_offset, store_timestamp,
+            self.config.enabled_append_prop_crc, queue_offset, phy_offset,
+            # `_store_timestamp`, in C: the clock is read only for a record C writes.
+            self.wall_ms, self._last_store_timestamp,
             # With fault points on, `put` writes the unit after them, as dispatch would.
             None if faults else unit_file.buf,
             queue_offset * CQ_UNIT_SIZE - unit_file.file_from_offset,
@@ -489,8 +480,9 @@ class MessageStore:
         if written is None:  # not C's message, or the file must roll: nothing was written
             return self._append_fields_general(
                 topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
-                store_host, reconsume_times, store_timestamp)
-        size, tags_code = written
+                store_host, reconsume_times)
+        size, tags_code, store_timestamp = written
+        self._last_store_timestamp = store_timestamp
         if faults:
             testhooks.fault_point("commitlog.append.before_position")
         commitlog_file.wrote_position = pos + size
@@ -516,15 +508,15 @@ class MessageStore:
     def _append_fields_general(
         self, topic: str, queue_id: int, flag: int, body: bytes, properties: bytes,
         sys_flag: int, born_timestamp: int, born_host: HostPort, store_host: HostPort,
-        reconsume_times: int, store_timestamp: int | None = None,
+        reconsume_times: int,
     ) -> AppendResult:
-        return self._append_encoded(prepare_message(
+        return self.append_message(prepare_message(
             topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
             sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
             store_host=store_host, reconsume_times=reconsume_times,
             append_prop_crc=self.config.enabled_append_prop_crc,
             max_message_size=self.config.max_message_size,
-        ), store_timestamp)
+        ))
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
         """Append a batch's records contiguously with consecutive queue offsets.

@@ -40,7 +40,8 @@ PREPARED, COMMIT = 0x4, 0x8
 def sends(seed: int, count: int) -> list[dict[str, Any]]:
     """`count` sends' fields: mostly the common message, and every case the C path hands
     back (non-ASCII TAGS, properties to normalise, the schedule topic, a PREPARED message, an
-    IPv6 born host, a body over the limit, a topic too long) or refuses."""
+    IPv6 born host, a body over the limit, a topic too long, a field out of its width) or
+    refuses. The stores' clocks count their reads: an extra read on either side shows."""
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     for index in range(count):
@@ -71,6 +72,8 @@ def sends(seed: int, count: int) -> list[dict[str, Any]]:
             fields["topic"] = "T" * 128
         elif case == 7:
             fields["queue_id"] = 2**31  # out of its width
+        elif case == 8:
+            fields["flag"] = -(2**31) - 1  # out of its width, in a queue that exists
         out.append(fields)
     return out
 

@@ -564,7 +564,8 @@ def test_append_message_in_c_equals_prepare_and_write_in_python(
     """`_native.append_message` (a send's one call) writes the record `prepare_message_python`
     and `write_record_python` write, and the unit `ConsumeQueue.put` writes; or it answers None
     having written nothing, exactly where `encode_message` leaves the message to Python or the
-    record and the 8-byte end-of-file minimum do not fit (`room` < 0)."""
+    record and the 8-byte end-of-file minimum do not fit (`room` < 0); the clock is read
+    once for a record written, never for one left to the caller."""
     assert native is not None, "store._native is not built"
     if out_of_range is not None:
         wide = out_of_range in ("born_timestamp", "prepared_transaction_offset")
@@ -586,21 +587,29 @@ def test_append_message_in_c_equals_prepare_and_write_in_python(
     size = expected.total_size if expected is not None else 200
     buf = bytearray(b"\xee" * max(7, 7 + size + 8 + room))
     cq = bytearray(b"\xdd" * 26)
+    clock_reads: list[int] = []
+
+    def clock() -> int:
+        clock_reads.append(store_timestamp)
+        return store_timestamp
+
     previous = native.set_crc32_implementation(implementation)
     try:
         got = native.append_message(
-            buf, 7, *fields, message["sys_flag"], *rest, queue_offset, phy_offset,
-            store_timestamp, cq if with_unit else None, 3)
+            buf, 7, *fields, message["sys_flag"], *rest, queue_offset, phy_offset, clock,
+            -(2**63), cq if with_unit else None, 3)
     finally:
         native.set_crc32_implementation(previous)
     event("left to the caller" if not c_encodes or room < 0 else "written by C")
     if not c_encodes or room < 0:
         assert got is None
+        assert clock_reads == []
         assert buf == b"\xee" * len(buf)
         assert cq == b"\xdd" * len(cq)
         return
     assert expected is not None  # what C encodes, Python encodes
-    assert got == (expected.total_size, expected.tags_code)
+    assert got == (expected.total_size, expected.tags_code, store_timestamp)
+    assert clock_reads == [store_timestamp]
     assert buf[:7] == b"\xee" * 7
     assert buf[7 + size :] == b"\xee" * (8 + room)
     assert bytes(buf[7 : 7 + size]) == written(20, lambda out, pos: write_record_python(
