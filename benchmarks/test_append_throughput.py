@@ -1,10 +1,13 @@
 """Append throughput of 1 KiB messages, single and batches of 32, against a raw mmap write.
 
-Single messages are timed as a send handles them: `encode_properties` of the message's
-properties (TAGS, KEYS, a fresh UNIQ_KEY each, WAIT) and `prepare_message` (validation and the
-record template) and then `append_message`, per message (issue 13: the append alone left out
-half of the store's work). Batches are timed from the encoded batch, as before (the broker
-encodes a batch body in one C call, benchmarked with the broker).
+Single messages are timed as the broker's send handles them, per message: `encode_properties`
+of the message's properties (TAGS, KEYS, a fresh UNIQ_KEY each, WAIT), then
+`MessageStore.append_message_fields`, the call the send processor makes: validation, the record
+encoded with its body CRC and whole-record `__CRC32#` into the commitlog mapping, the write
+position, queue offset, store timestamp and confirm/dispatch bookkeeping, and the record's
+consume-queue unit (one C call for the encoding, both CRCs and the unit; issue 13: the append
+alone left out half of the store's work). Batches are timed from the encoded batch, as before
+(the broker encodes a batch body in one C call, benchmarked with the broker).
 
 The peer is a raw sequential write of the very same record bytes into a warm (pre-faulted)
 file-backed mmap, in the same Python loop shape: one slice assignment per record for single
@@ -148,14 +151,14 @@ def test_single_encode_and_append_1kib(benchmark: BenchmarkFixture, fresh: Fresh
         return (store,), {}
 
     def run(store: MessageStore) -> None:
-        append = store.append_message
+        append = store.append_message_fields
         for uniq_key in uniq_keys:
-            append(prepare_message(
+            append(
                 topic="TopicTest", queue_id=0, flag=0, body=body, sys_flag=0,
                 properties=encode_properties({"TAGS": "TagA", "KEYS": "order-1",
                                               "UNIQ_KEY": uniq_key, "WAIT": "true"}),
-                born_timestamp=1_700_000_000_000, born_host=BORN_HOST, store_host=STORE_HOST,
-                max_message_size=4 * 1024 * 1024))
+                born_timestamp=1_700_000_000_000, born_host=BORN_HOST, store_host=STORE_HOST)
+        assert store.next_queue_offset("TopicTest", 0) == MESSAGES + 1  # and the warm-up one
 
     benchmark.pedantic(run, setup=setup, rounds=ROUNDS, iterations=1)  # type: ignore[no-untyped-call]
     peer.close()

@@ -7,6 +7,9 @@
  *   the commitlog mapping and fill in QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and the
  *   `__CRC32#` digits; write a batch's consume-queue units;
  * - one message (encode_message): prepare_message's record template, in one pass;
+ * - one send (encode_properties, append_message): the properties string of a dict, and a
+ *   message encoded straight into the commitlog mapping with its consume-queue unit, in one
+ *   call (MessageStore.append_message_fields);
  * - SEND_BATCH_MESSAGE bodies (batch_body_is_plain, encode_batch): check and encode in one pass;
  * - reads and recovery (records_surely_valid): the common-record check, both CRCs included.
  * Every function has a Python twin in store/ that stays the reference (tests hold both to the
@@ -1173,6 +1176,116 @@ int_in(PyObject *arg, long long lo, long long hi, long long *out)
     return 1;
 }
 
+/* One message's fields, as encode_message and append_message take them (args[0..12]). */
+typedef struct {
+    long long magic_code, queue_id, flag, sys_flag, born_timestamp, reconsume, prepared;
+    int append_prop_crc;
+    Py_buffer view[5]; /* body, properties, topic_part, born_host, store_host */
+    int got;           /* views acquired: release with message_release */
+    int64_t tags_code;
+    size_t total;      /* TOTALSIZE */
+} message_fields;
+
+#define MESSAGE_ARGS 13
+#define HEADER_BYTES_MAX (72 + 20 + 20) /* everything before BODY, IPv6 hosts */
+
+static void
+message_release(message_fields *m)
+{
+    while (m->got > 0)
+        PyBuffer_Release(&m->view[--m->got]);
+}
+
+/* Read a message's 13 fields: 1 when C encodes it, 0 when it is Python's (properties not
+ * stored as sent or over their limit, a field out of its width, a non-ASCII TAGS value, a
+ * record over INT32_MAX bytes), -1 with an exception set. The caller releases the views. */
+static int
+message_fields_read(PyObject *const *args, message_fields *m)
+{
+    m->got = 0;
+    if (!int_in(args[3], INT32_MIN, INT32_MAX, &m->magic_code) ||
+        !int_in(args[4], INT32_MIN, INT32_MAX, &m->queue_id) ||
+        !int_in(args[5], INT32_MIN, INT32_MAX, &m->flag) ||
+        !int_in(args[6], INT32_MIN, INT32_MAX, &m->sys_flag) ||
+        !int_in(args[7], INT64_MIN, INT64_MAX, &m->born_timestamp) ||
+        !int_in(args[10], INT32_MIN, INT32_MAX, &m->reconsume) ||
+        !int_in(args[11], INT64_MIN, INT64_MAX, &m->prepared))
+        return 0; /* Python's path names the bad field */
+    m->append_prop_crc = PyObject_IsTrue(args[12]);
+    if (m->append_prop_crc < 0)
+        return -1;
+    static const int which[5] = {0, 1, 2, 8, 9};
+    for (; m->got < 5; m->got++) {
+        if (PyObject_GetBuffer(args[which[m->got]], &m->view[m->got], PyBUF_SIMPLE) < 0)
+            return -1;
+    }
+    const size_t born_len = (size_t)m->view[3].len, store_len = (size_t)m->view[4].len;
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20)) {
+        PyErr_SetString(PyExc_ValueError, "born_host and store_host must be 8 or 20 bytes");
+        return -1;
+    }
+    const uint8_t *props = m->view[1].buf;
+    const size_t props_len = (size_t)m->view[1].len;
+    batch_entry e = {0, m->view[0].buf, (size_t)m->view[0].len, props, props_len};
+    if (!props_plain(&e, m->append_prop_crc))
+        return 0;
+    m->tags_code = 0;
+    if (!tags_code_ascii(props, props_len, &m->tags_code))
+        return 0;
+    m->total = 72 + born_len + store_len + (size_t)m->view[0].len + (size_t)m->view[2].len + 2 +
+               props_len + (m->append_prop_crc ? CRC_RESERVED_BYTES : 0);
+    return m->total <= INT32_MAX;
+}
+
+/* The record's fixed part, TOTALSIZE to BODYLENGTH, into `head`; returns its length. */
+static size_t
+message_header(uint8_t *head, const message_fields *m, uint32_t body_crc,
+               long long queue_offset, long long phy_offset, long long store_timestamp)
+{
+    const size_t born_len = (size_t)m->view[3].len, store_len = (size_t)m->view[4].len;
+    uint8_t *at = head;
+    at = put_be32_at(at, (uint32_t)m->total);
+    at = put_be32_at(at, (uint32_t)m->magic_code);
+    at = put_be32_at(at, body_crc);
+    at = put_be32_at(at, (uint32_t)m->queue_id);
+    at = put_be32_at(at, (uint32_t)m->flag);
+    put_be64(at, queue_offset);
+    put_be64(at + 8, phy_offset);
+    at = put_be32_at(at + 16, (uint32_t)m->sys_flag);
+    put_be64(at, m->born_timestamp);
+    memcpy(at + 8, m->view[3].buf, born_len);
+    at += 8 + born_len;
+    put_be64(at, store_timestamp);
+    memcpy(at + 8, m->view[4].buf, store_len);
+    at = put_be32_at(at + 8 + store_len, (uint32_t)m->reconsume);
+    put_be64(at, m->prepared);
+    at = put_be32_at(at + 8, (uint32_t)m->view[0].len);
+    return (size_t)(at - head);
+}
+
+/* BODY, TOPICLENGTH and TOPIC, PROPERTIESLENGTH and PROPERTIES after the header at `at`;
+ * returns where the `__CRC32#` reservation goes (when there is one). */
+static uint8_t *
+message_rest(uint8_t *at, const message_fields *m, const uint8_t props_length[2])
+{
+    memcpy(at, m->view[0].buf, (size_t)m->view[0].len);
+    at += m->view[0].len;
+    memcpy(at, m->view[2].buf, (size_t)m->view[2].len);
+    at += m->view[2].len;
+    at[0] = props_length[0];
+    at[1] = props_length[1];
+    memcpy(at + 2, m->view[1].buf, (size_t)m->view[1].len);
+    return at + 2 + m->view[1].len;
+}
+
+static void
+message_props_length(const message_fields *m, uint8_t out[2])
+{
+    size_t length = (size_t)m->view[1].len + (m->append_prop_crc ? CRC_RESERVED_BYTES : 0);
+    out[0] = (uint8_t)(length >> 8);
+    out[1] = (uint8_t)length;
+}
+
 PyDoc_STRVAR(encode_message_doc,
 "encode_message(body, properties, topic_part, magic_code, queue_id, flag, sys_flag,\n"
 "               born_timestamp, born_host, store_host, reconsume_times,\n"
@@ -1187,95 +1300,221 @@ static PyObject *
 native_encode_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 13) {
+    if (nargs != MESSAGE_ARGS) {
         PyErr_Format(PyExc_TypeError, "encode_message takes 13 arguments (%zd given)", nargs);
         return NULL;
     }
-    long long magic_code, queue_id, flag, sys_flag, born_timestamp, reconsume, prepared;
-    if (!int_in(args[3], INT32_MIN, INT32_MAX, &magic_code) ||
-        !int_in(args[4], INT32_MIN, INT32_MAX, &queue_id) ||
-        !int_in(args[5], INT32_MIN, INT32_MAX, &flag) ||
-        !int_in(args[6], INT32_MIN, INT32_MAX, &sys_flag) ||
-        !int_in(args[7], INT64_MIN, INT64_MAX, &born_timestamp) ||
-        !int_in(args[10], INT32_MIN, INT32_MAX, &reconsume) ||
-        !int_in(args[11], INT64_MIN, INT64_MAX, &prepared))
-        Py_RETURN_NONE; /* Python's path names the bad field */
-    int append_prop_crc = PyObject_IsTrue(args[12]);
-    if (append_prop_crc < 0)
-        return NULL;
-    Py_buffer view[5];
-    int got = 0;
+    message_fields m;
     PyObject *result = NULL, *template = NULL;
-    for (; got < 5; got++) {
-        static const int which[5] = {0, 1, 2, 8, 9};
-        if (PyObject_GetBuffer(args[which[got]], &view[got], PyBUF_SIMPLE) < 0)
-            goto done;
-    }
-    const uint8_t *body = view[0].buf, *props = view[1].buf;
-    const size_t body_len = (size_t)view[0].len, props_len = (size_t)view[1].len;
-    const size_t topic_len = (size_t)view[2].len;
-    const size_t born_len = (size_t)view[3].len, store_len = (size_t)view[4].len;
-    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20)) {
-        PyErr_SetString(PyExc_ValueError, "born_host and store_host must be 8 or 20 bytes");
+    int mine = message_fields_read(args, &m);
+    if (mine <= 0) {
+        result = mine == 0 ? Py_NewRef(Py_None) : NULL;
         goto done;
     }
-    batch_entry e = {0, body, body_len, props, props_len};
-    if (!props_plain(&e, append_prop_crc)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    int64_t tags_code = 0;
-    if (!tags_code_ascii(props, props_len, &tags_code)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    const size_t reserve = append_prop_crc ? CRC_RESERVED_BYTES : 0;
-    const size_t total = 72 + born_len + store_len + body_len + topic_len + 2 + props_len + reserve;
-    if (total > INT32_MAX) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    template = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    template = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)m.total);
     if (template == NULL)
         goto done;
-    uint8_t *at = (uint8_t *)PyBytes_AS_STRING(template);
-    at = put_be32_at(at, (uint32_t)total);
-    at = put_be32_at(at, (uint32_t)magic_code);
-    at = put_be32_at(at, crc32_of(0, body, body_len) & CRC_MASK);
-    at = put_be32_at(at, (uint32_t)queue_id);
-    at = put_be32_at(at, (uint32_t)flag);
-    memset(at, 0, 16); /* QUEUEOFFSET, PHYSICALOFFSET */
-    at = put_be32_at(at + 16, (uint32_t)sys_flag);
-    put_be64(at, born_timestamp);
-    memcpy(at + 8, view[3].buf, born_len);
-    at += 8 + born_len;
-    memset(at, 0, 8); /* STORETIMESTAMP */
-    memcpy(at + 8, view[4].buf, store_len);
-    at = put_be32_at(at + 8 + store_len, (uint32_t)reconsume);
-    put_be64(at, prepared);
-    at = put_be32_at(at + 8, (uint32_t)body_len);
-    memcpy(at, body, body_len);
-    at += body_len;
-    memcpy(at, view[2].buf, topic_len);
-    at += topic_len;
-    at[0] = (uint8_t)((props_len + reserve) >> 8);
-    at[1] = (uint8_t)(props_len + reserve);
-    memcpy(at + 2, props, props_len);
-    at += 2 + props_len;
-    if (append_prop_crc) {
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(template);
+    uint32_t body_crc = crc32_of(0, m.view[0].buf, (size_t)m.view[0].len) & CRC_MASK;
+    uint8_t props_length[2];
+    message_props_length(&m, props_length);
+    uint8_t *at = message_rest(out + message_header(out, &m, body_crc, 0, 0, 0), &m,
+                               props_length);
+    if (m.append_prop_crc) {
         memcpy(at, CRC_KEY, 9);
         memset(at + 9, '0', 10);
         at[19] = 2;
     }
-    PyObject *code = PyLong_FromLongLong(tags_code);
+    PyObject *code = PyLong_FromLongLong(m.tags_code);
     if (code == NULL)
         goto done;
     result = PyTuple_Pack(2, template, code);
     Py_DECREF(code);
 done:
     Py_XDECREF(template);
-    while (got-- > 0)
-        PyBuffer_Release(&view[got]);
+    message_release(&m);
+    return result;
+}
+
+PyDoc_STRVAR(append_message_doc,
+"append_message(buf, pos, body, properties, topic_part, magic_code, queue_id, flag,\n"
+"               sys_flag, born_timestamp, born_host, store_host, reconsume_times,\n"
+"               prepared_transaction_offset, append_prop_crc, queue_offset, phy_offset,\n"
+"               clock, last_store_timestamp, cq_buf, cq_pos, /)\n"
+"    -> (total_size, tags_code, store_timestamp) | None\n\n"
+"encode_message and write_record in one pass, straight into buf[pos:] (the record's bytes\n"
+"are written once, never read back), then the record's consume-queue unit (phy_offset,\n"
+"total_size, tags_code) at cq_buf[cq_pos:] unless cq_buf is None. The message arguments are\n"
+"encode_message's, except `sys_flag`: the client's, its V6 bits set here from the hosts.\n"
+"STORETIMESTAMP is clock() (ms; a callable that must not touch the store), or\n"
+"last_store_timestamp if that is later; the clock is called only once the message is C's.\n"
+"None, with nothing written and the clock not read, where encode_message answers None or\n"
+"the record and the 8-byte end-of-file minimum do not fit buf after pos: the caller's\n"
+"general path (prepare_message, then a roll if needed) takes the message. ValueError, before\n"
+"any write, for a position outside buf or a unit that does not fit cq_buf; the clock's\n"
+"exception, before any write, if it raises.");
+
+#define END_FILE_MIN_BLANK_BYTES 8
+#define BORN_V6 0x10  /* SYSFLAG: BORNHOST is IPv6 */
+#define STORE_V6 0x20 /* SYSFLAG: STOREHOSTADDRESS is IPv6 */
+#define HOST_V6_FLAGS (BORN_V6 | STORE_V6)
+
+static PyObject *
+native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != MESSAGE_ARGS + 8) {
+        PyErr_Format(PyExc_TypeError, "append_message takes 21 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long queue_offset = PyLong_AsLongLong(args[15]);
+    long long phy_offset = PyLong_AsLongLong(args[16]);
+    PyObject *clock = args[17];
+    long long last_store_timestamp = PyLong_AsLongLong(args[18]);
+    int with_unit = args[19] != Py_None;
+    Py_ssize_t cq_pos = with_unit ? PyLong_AsSsize_t(args[20]) : 0;
+    if (PyErr_Occurred())
+        return NULL;
+    message_fields m;
+    Py_buffer buf, cq;
+    int got_buf = 0, got_cq = 0;
+    PyObject *result = NULL;
+    int mine = message_fields_read(args + 2, &m);
+    if (mine <= 0) {
+        result = mine == 0 ? Py_NewRef(Py_None) : NULL;
+        goto done;
+    }
+    /* SYSFLAG's V6 bits come from the hosts, never from the client (docs/store-format.md §3.2). */
+    m.sys_flag = (m.sys_flag & ~(long long)HOST_V6_FLAGS) | (m.view[3].len == 20 ? BORN_V6 : 0) |
+                 (m.view[4].len == 20 ? STORE_V6 : 0);
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+        goto done;
+    got_buf = 1;
+    if (with_unit) {
+        if (PyObject_GetBuffer(args[19], &cq, PyBUF_WRITABLE) < 0)
+            goto done;
+        got_cq = 1;
+        if (cq_pos < 0 || cq_pos > cq.len || cq.len - cq_pos < 20) {
+            PyErr_Format(PyExc_ValueError, "a unit at %zd does not fit a %zd-byte buffer",
+                         cq_pos, cq.len);
+            goto done;
+        }
+    }
+    if (pos < 0 || pos > buf.len) {
+        PyErr_Format(PyExc_ValueError, "position %zd outside a %zd-byte buffer", pos, buf.len);
+        goto done;
+    }
+    if ((size_t)(buf.len - pos) < m.total + END_FILE_MIN_BLANK_BYTES) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* The message is C's: only now is the clock read (once per record written, as the general
+     * path reads it), never going back from the last store timestamp. */
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL)
+        goto done;
+    long long store_timestamp = PyLong_AsLongLong(now);
+    Py_DECREF(now);
+    if (store_timestamp == -1 && PyErr_Occurred())
+        goto done;
+    if (store_timestamp < last_store_timestamp)
+        store_timestamp = last_store_timestamp;
+    /* The header is built on the stack and the CRCs read the sources, never the mapping:
+     * lines just written to cold commitlog pages would wait for their fetch from memory. */
+    const uint8_t *body = m.view[0].buf;
+    const size_t body_len = (size_t)m.view[0].len;
+    uint8_t head[HEADER_BYTES_MAX];
+    size_t head_len = message_header(head, &m, crc32_of(0, body, body_len) & CRC_MASK,
+                                     queue_offset, phy_offset, store_timestamp);
+    uint8_t props_length[2];
+    message_props_length(&m, props_length);
+    uint8_t *out = (uint8_t *)buf.buf + pos;
+    memcpy(out, head, head_len);
+    uint8_t *at = message_rest(out + head_len, &m, props_length);
+    if (m.append_prop_crc) {
+        uint32_t state = crc_update(~0u, head, head_len);
+        state = crc_update(state, body, body_len);
+        state = crc_update(state, m.view[2].buf, (size_t)m.view[2].len);
+        state = crc_update(state, props_length, 2);
+        state = crc_update(state, m.view[1].buf, (size_t)m.view[1].len);
+        memcpy(at, CRC_KEY, 9);
+        put_crc_digits(at + 9, ~state & CRC_MASK);
+        at[19] = 2;
+    }
+    if (with_unit) {
+        uint8_t *unit = (uint8_t *)cq.buf + cq_pos;
+        put_be64(unit, phy_offset);
+        put_be32_at(unit + 8, (uint32_t)m.total);
+        put_be64(unit + 12, m.tags_code);
+    }
+    result = Py_BuildValue("(nLL)", (Py_ssize_t)m.total, (long long)m.tags_code,
+                           store_timestamp);
+done:
+    if (got_cq)
+        PyBuffer_Release(&cq);
+    if (got_buf)
+        PyBuffer_Release(&buf);
+    message_release(&m);
+    return result;
+}
+
+PyDoc_STRVAR(encode_properties_doc,
+"encode_properties(props, /) -> bytes | None\n\n"
+"`name 0x01 value 0x02` per entry of a dict of str to str, in its order, UTF-8. None for\n"
+"anything else (another mapping or type, a name holding 0x01 or 0x02, a value holding 0x02,\n"
+"a string UTF-8 cannot encode): the Python twin then encodes it or names what is wrong.");
+
+static PyObject *
+native_encode_properties(PyObject *module, PyObject *props)
+{
+    (void)module;
+    if (!PyDict_CheckExact(props))
+        Py_RETURN_NONE;
+    Py_ssize_t at = 0, size = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(props, &at, &name, &value)) {
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(value))
+            Py_RETURN_NONE;
+        Py_ssize_t name_len, value_len;
+        const char *n = PyUnicode_AsUTF8AndSize(name, &name_len);
+        const char *v = n ? PyUnicode_AsUTF8AndSize(value, &value_len) : NULL;
+        if (v == NULL) {
+            PyErr_Clear(); /* a lone surrogate: Python's encode raises it */
+            Py_RETURN_NONE;
+        }
+        if (memchr(n, 1, (size_t)name_len) || memchr(n, 2, (size_t)name_len) ||
+            memchr(v, 2, (size_t)value_len))
+            Py_RETURN_NONE;
+        size += name_len + value_len + 2;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL)
+        return NULL;
+    char *out = PyBytes_AS_STRING(result), *end = out + size;
+    at = 0;
+    while (PyDict_Next(props, &at, &name, &value)) {
+        /* The UTF-8 forms are cached on the strings by the first pass, and no Python code ran
+         * since; the bounds are checked all the same. */
+        Py_ssize_t name_len, value_len;
+        const char *n = PyUnicode_AsUTF8AndSize(name, &name_len);
+        const char *v = n ? PyUnicode_AsUTF8AndSize(value, &value_len) : NULL;
+        if (v == NULL || end - out < name_len + value_len + 2) {
+            PyErr_Clear();
+            Py_DECREF(result);
+            Py_RETURN_NONE;
+        }
+        memcpy(out, n, (size_t)name_len);
+        out[name_len] = 1;
+        out += name_len + 1;
+        memcpy(out, v, (size_t)value_len);
+        out[value_len] = 2;
+        out += value_len + 1;
+    }
+    if (out != end) {
+        Py_DECREF(result);
+        Py_RETURN_NONE;
+    }
     return result;
 }
 
@@ -1288,6 +1527,9 @@ static PyMethodDef native_methods[] = {
      METH_FASTCALL, batch_body_is_plain_doc},
     {"encode_message", (PyCFunction)(void (*)(void))native_encode_message, METH_FASTCALL,
      encode_message_doc},
+    {"append_message", (PyCFunction)(void (*)(void))native_append_message, METH_FASTCALL,
+     append_message_doc},
+    {"encode_properties", native_encode_properties, METH_O, encode_properties_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))native_encode_batch, METH_FASTCALL,
      encode_batch_doc},
     {"put_cq_units", (PyCFunction)(void (*)(void))native_put_cq_units, METH_FASTCALL,

@@ -1,5 +1,7 @@
 """Type stub for the C extension `store/_native.c`."""
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import Buffer
@@ -54,6 +56,31 @@ def encode_message(
     append_prop_crc: bool,
     /,
 ) -> tuple[bytes, int] | None: ...
+def append_message(
+    buf: Buffer,
+    pos: int,
+    body: Buffer,
+    properties: Buffer,
+    topic_part: Buffer,
+    magic_code: int,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: Buffer,
+    store_host: Buffer,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    append_prop_crc: bool,
+    queue_offset: int,
+    phy_offset: int,
+    clock: Callable[[], int],
+    last_store_timestamp: int,
+    cq_buf: Buffer | None,
+    cq_pos: int,
+    /,
+) -> tuple[int, int, int] | None: ...
+def encode_properties(props: object, /) -> bytes | None: ...
 def batch_body_is_plain(body: Buffer, append_prop_crc: bool, /) -> bool: ...
 def encode_batch(
     body: Buffer,

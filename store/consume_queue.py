@@ -309,6 +309,28 @@ class ConsumeQueue:
         self._next_offset = queue_offset + 1
         self.max_phy_offset = phy_offset + size
 
+    def next_unit_file(self, queue_offset: int) -> MappedFile | None:
+        """The file the unit for `queue_offset` goes into when `put` would write it there as
+        is: the queue's next offset, inside its last file. None otherwise (a file to create or
+        adopt, an offset out of order, no file yet: `put` handles those)."""
+        files = self._files.files
+        if queue_offset != self._next_offset or not files:
+            return None
+        last = files[-1]
+        pos = queue_offset * CQ_UNIT_SIZE - last.file_from_offset
+        return last if 0 <= pos < last.file_size else None
+
+    def unit_written(self, queue_offset: int, phy_offset: int, size: int) -> bool:
+        """Take on the unit for `queue_offset` that `_native.append_message` wrote into
+        `next_unit_file(queue_offset)`: what `put` does after its write. Returns whether
+        `spare_wanted()` is not None (one call instead of two on the hot path)."""
+        last = self._files.files[-1]
+        last.wrote_position = queue_offset * CQ_UNIT_SIZE - last.file_from_offset + CQ_UNIT_SIZE
+        self._next_offset = queue_offset + 1
+        self.max_phy_offset = phy_offset + size
+        return not self._spares and (self._write_end - self._next_offset * CQ_UNIT_SIZE) * 2 \
+            <= self._files.file_size
+
     def put_batch(
         self,
         first_queue_offset: int,

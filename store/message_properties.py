@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from store.errors import MessageIllegalError
+from store.native import native as _native
 
 NAME_VALUE_SEPARATOR: Final = "\x01"
 PROPERTY_SEPARATOR: Final = "\x02"
@@ -32,8 +33,18 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
 
     Raises `MessageIllegalError` for a name holding 0x01 or 0x02, or a value holding 0x02: such an
     entry would parse back as something else. Empty names or values are written (as Java does)
-    and dropped again by `parse_properties`.
+    and dropped again by `parse_properties`. A dict of str is encoded in C where built (once per
+    send); `encode_properties_python` is the reference, and encodes (or refuses) the rest.
     """
+    if _native is not None:
+        encoded = _native.encode_properties(props)
+        if encoded is not None:
+            return encoded
+    return encode_properties_python(props)
+
+
+def encode_properties_python(props: Mapping[str, str]) -> bytes:
+    """`encode_properties` in Python: the reference for `_native.encode_properties`."""
     parts: list[str] = []
     for name, value in props.items():
         if NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name:

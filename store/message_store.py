@@ -32,9 +32,9 @@ from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
 
 from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
-from store.commitlog import CommitLog
+from store.commitlog import HALF_WRITE_FAULT, CommitLog
 from store.config import FlushDiskType, StoreConfig
-from store.consume_queue import FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import Dispatcher
 from store.epoch_cache import EpochCache
@@ -47,15 +47,22 @@ from store.errors import (
     QueueOrderError,
     WriteRefusedError,
 )
+from store.host_port import HostPort
 from store.message_batch import EncodedBatch
-from store.message_encoder import EncodedMessage
+from store.message_encoder import EncodedMessage, encoded_topic, prepare_message
+from store.message_properties import PROPERTY_CRC_RESERVED_BYTES
+from store.native import native as _native
 from store.record_check import CheckStatus, RecordCheck, check_record
-from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2, read_store_timestamp
+from store.record_layout import FIXED_BYTES, MAGIC_CODE_V1, MAGIC_CODE_V2, read_store_timestamp
 from store.recovery import RecordBatch, ScanStop, scan_file_fast
 from store.run_files import AbortFile, StoreLock
 from store.schedule import SCHEDULE_TOPIC, parse_message_delay_level, unit_tags_code
 from store.store_recovery import RecoveryReport, recover_store
-from store.transaction_type import batch_transaction_error, takes_queue_offset
+from store.transaction_type import (
+    TRANSACTION_PREPARED_TYPE,
+    batch_transaction_error,
+    takes_queue_offset,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +99,14 @@ class AppendResult(NamedTuple):
     queue_offset: int
     msg_count: int
     store_timestamp: int
+    tags_code: int | None = None  # a single message's tag hash (TAGS); None for a batch
 
     @property
     def end_offset(self) -> int:
         return self.phy_offset + self.wrote_bytes
+
+
+_new_tuple: Final = tuple.__new__
 
 
 class PutResult(NamedTuple):
@@ -397,7 +408,115 @@ class MessageStore:
                 self._dispatcher.last_store_timestamp = store_timestamp
         if queue is not None and queue.spare_wanted() is not None:
             self._want_spare(queue)
-        return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp)
+        return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp,
+                            msg.tags_code)
+
+    def append_message_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        flag: int,
+        body: bytes,
+        properties: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: HostPort,
+        store_host: HostPort,
+        reconsume_times: int = 0,
+    ) -> AppendResult:
+        """`append_message(prepare_message(...))` of one message's fields, with the store's
+        `enabled_append_prop_crc` and `max_message_size`: the same record and unit, the same
+        result, the same refusals in the same order (`MessageIllegalError` first).
+
+        The common message (its queue's next unit in the queue's last file, the record in the
+        commitlog's current file, dispatch caught up, confirmOffset following the log, no
+        schedule topic, a type that takes a queue offset) is encoded straight into the mapping,
+        with both CRCs and its consume-queue unit, by one C call (`_native.append_message`);
+        the bookkeeping around it is `append_message`'s, in the same order. Anything else, and
+        a store without the extension, takes `prepare_message` and `append_message`.
+        """
+        native = _native
+        files = self.commitlog.files.files
+        queue = self.consume_queues.get(topic, queue_id)
+        if (
+            native is None
+            or queue is None
+            or not files
+            or self.fenced
+            or self.disk_full
+            or self._closed
+            or not self._opened
+            or not self.confirm_follows_max
+            or sys_flag & TRANSACTION_PREPARED_TYPE  # PREPARED, ROLLBACK: no queue offset
+            or topic == SCHEDULE_TOPIC  # its units' tags code is a deliver time
+            or len(body) > self.config.max_message_size
+            or (testhooks.FAULTS_ON and testhooks.armed(HALF_WRITE_FAULT))
+        ):
+            return self._append_fields_general(
+                topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                store_host, reconsume_times)
+        key = (topic, queue_id)
+        queue_offset = self._queue_offsets.get(key, 0)
+        unit_file = queue.next_unit_file(queue_offset)
+        commitlog_file = files[-1]
+        pos = commitlog_file.wrote_position
+        phy_offset = commitlog_file.file_from_offset + pos
+        if unit_file is None or self._reput_from != phy_offset:
+            return self._append_fields_general(
+                topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                store_host, reconsume_times)
+        magic_code, topic_part = encoded_topic(topic, False)  # MessageIllegalError first
+        faults = testhooks.FAULTS_ON
+        written = native.append_message(
+            commitlog_file.buf, pos, body, properties, topic_part, magic_code, queue_id, flag,
+            sys_flag, born_timestamp, born_host.packed, store_host.packed, reconsume_times, 0,
+            self.config.enabled_append_prop_crc, queue_offset, phy_offset,
+            # `_store_timestamp`, in C: the clock is read only for a record C writes.
+            self.wall_ms, self._last_store_timestamp,
+            # With fault points on, `put` writes the unit after them, as dispatch would.
+            None if faults else unit_file.buf,
+            queue_offset * CQ_UNIT_SIZE - unit_file.file_from_offset,
+        )
+        if written is None:  # not C's message, or the file must roll: nothing was written
+            return self._append_fields_general(
+                topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                store_host, reconsume_times)
+        size, tags_code, store_timestamp = written
+        self._last_store_timestamp = store_timestamp
+        if faults:
+            testhooks.fault_point("commitlog.append.before_position")
+        commitlog_file.wrote_position = pos + size
+        self._queue_offsets[key] = queue_offset + 1
+        end = phy_offset + size
+        self._confirm_offset = end
+        if faults:
+            try:
+                queue.put(queue_offset, phy_offset, size, tags_code)
+            except QueueOrderError as err:
+                raise self._inline_refused(key, end, err) from err
+            spare_wanted = queue.spare_wanted() is not None
+        else:
+            spare_wanted = queue.unit_written(queue_offset, phy_offset, size)
+        self._reput_from = end
+        self._dispatcher.last_store_timestamp = store_timestamp
+        if spare_wanted:
+            self._want_spare(queue)
+        # AppendResult's own __new__ is a Python function; this is its body, at half the cost.
+        return _new_tuple(AppendResult, (phy_offset, size, queue_offset, 1, store_timestamp,
+                                         tags_code))
+
+    def _append_fields_general(
+        self, topic: str, queue_id: int, flag: int, body: bytes, properties: bytes,
+        sys_flag: int, born_timestamp: int, born_host: HostPort, store_host: HostPort,
+        reconsume_times: int,
+    ) -> AppendResult:
+        return self.append_message(prepare_message(
+            topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
+            sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+            store_host=store_host, reconsume_times=reconsume_times,
+            append_prop_crc=self.config.enabled_append_prop_crc,
+            max_message_size=self.config.max_message_size,
+        ))
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
         """Append a batch's records contiguously with consecutive queue offsets.
@@ -495,6 +614,45 @@ class MessageStore:
         await self._prepare_files(msg.topic, msg.queue_id, msg.total_size,
                                   1 if takes_queue_offset(msg.sys_flag) else 0)
         result = self.append_message(msg)
+        return PutResult(await self._wait_flush(result.end_offset), result)
+
+    async def put_message_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        flag: int,
+        body: bytes,
+        properties: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: HostPort,
+        store_host: HostPort,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        """`put_message(prepare_message(...))` of one message's fields, with the store's
+        limits (the broker's send): `append_message_fields` when every file the append needs
+        exists, else exactly that (its files made in a worker thread first)."""
+        key = (topic, queue_id)
+        queue = self.consume_queues.get(topic, queue_id)
+        # An upper bound of the record's size (the topic's UTF-8 at 4 bytes a char, a final
+        # 0x02 added to the properties): only ever early in asking for the next file.
+        size_max = FIXED_BYTES[-1] + len(body) + 2 + 4 * len(topic) + 2 + len(properties) + 1 \
+            + PROPERTY_CRC_RESERVED_BYTES
+        if (
+            queue is None
+            or self.commitlog.file_needed_for(size_max) is not None
+            or queue.file_needed_for(self._queue_offsets.get(key, 0)) is not None
+        ):
+            return await self.put_message(prepare_message(
+                topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
+                sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+                store_host=store_host, reconsume_times=reconsume_times,
+                append_prop_crc=self.config.enabled_append_prop_crc,
+                max_message_size=self.config.max_message_size,
+            ))
+        result = self.append_message_fields(
+            topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+            store_host, reconsume_times)
         return PutResult(await self._wait_flush(result.end_offset), result)
 
     async def put_batch(self, batch: EncodedBatch) -> PutResult:

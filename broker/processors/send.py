@@ -421,19 +421,19 @@ class SendProcessor:
         if refused is not None:
             return refused
         try:
-            msg = prepare_message(
+            # The store's own limits (`config.store`, the same as self._config.store); the
+            # common message is encoded and appended in one C call.
+            result = await self._store.put_message_fields(
                 topic=topic, queue_id=queue_id, flag=header.flag, body=request.body,
                 properties=encode_properties(properties), sys_flag=sys_flag,
                 born_timestamp=header.born_timestamp, born_host=born_host_of(connection),
                 store_host=self.store_host, reconsume_times=reconsume_times,
-                append_prop_crc=self._config.store.enabled_append_prop_crc,
-                max_message_size=self._config.store.max_message_size,
             )
-            result = await self._store.put_message(msg)
         except StoreError as err:
             return self._store_refusal(request, err)
         code = await self._replicated_code(result, properties.get(PROPERTY_WAIT))
-        self._after_append(topic, queue_id, result.append, msg.tags_code, message_type)
+        self._after_append(topic, queue_id, result.append, result.append.tags_code,
+                           message_type)
         return self._stored(
             request, code,
             msg_id=offset_msg_id(self.store_host, result.append.phy_offset),

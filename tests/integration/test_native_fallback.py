@@ -12,11 +12,21 @@ import store.commitlog
 import store.consume_queue
 import store.message_batch
 import store.message_encoder
+import store.message_properties
+import store.message_store
 import store.recovery
 from store.config import StoreConfig
+from store.message_properties import encode_properties
 from store.message_store import MessageStore
 from store.native import native
-from tests.support.store_helpers import batch, crash_image, message, read_all
+from tests.support.store_helpers import (
+    BORN_HOST,
+    STORE_HOST,
+    batch,
+    crash_image,
+    message,
+    read_all,
+)
 
 
 def _fill(root: Path) -> MessageStore:
@@ -29,6 +39,11 @@ def _fill(root: Path) -> MessageStore:
         store.append_message(message(b"single %d" % round_, tags="a"))
         store.append_batch(batch([b"x" * (round_ * 37 % 1500) for _ in range(round_ % 5 + 1)]))
         store.append_message(message(b"q1", queue_id=1, key="k"))
+        store.append_message_fields(  # a send's path: one C call for the common message
+            topic="TopicTest", queue_id=0, flag=0, body=b"f" * (round_ * 53 % 1200),
+            properties=encode_properties({"TAGS": "b", "UNIQ_KEY": f"{round_:032X}"}),
+            sys_flag=0, born_timestamp=1_700_000_000_000, born_host=BORN_HOST,
+            store_host=STORE_HOST)
     return store
 
 
@@ -46,7 +61,8 @@ def test_python_fallback_writes_the_same_bytes_as_c(tmp_path: Path,
     crashed = crash_image(tmp_path / "c", tmp_path / "crashed")  # as a SIGKILL leaves it
     with_c.close()
     for module in (store.commitlog, store.consume_queue, store.message_encoder,
-                   store.message_batch, store.recovery):
+                   store.message_batch, store.message_properties, store.message_store,
+                   store.recovery):
         monkeypatch.setattr(module, "_native", None)
     recovered = MessageStore(StoreConfig(store_path_root_dir=crashed,
                                          mapped_file_size_commit_log=64 * 1024,

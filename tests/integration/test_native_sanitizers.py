@@ -23,6 +23,7 @@ TESTS = [
     "tests/property/test_message_format_props.py",
     "tests/property/test_fast_scan.py",
     "tests/integration/test_native_fallback.py",
+    "tests/integration/test_append_message_fields.py",
 ]
 
 

@@ -7,10 +7,10 @@ import string
 from typing import Any
 
 import numpy as np
-from hypothesis import assume, given
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from store.consume_queue import CQ_UNIT
+from store.consume_queue import CQ_UNIT, CQ_UNIT_STRUCT
 from store.errors import MessageIllegalError
 from store.host_port import HostPort, offset_msg_id, offset_msg_ids
 from store.message_batch import (
@@ -25,6 +25,7 @@ from store.message_batch import (
 from store.message_decoder import decode_record, encode_record, make_record
 from store.message_encoder import (
     EncodedMessage,
+    encoded_topic,
     prepare_message,
     prepare_message_python,
     write_record,
@@ -33,11 +34,13 @@ from store.message_encoder import (
 from store.message_properties import (
     PROPERTY_CRC_NAME,
     encode_properties,
+    encode_properties_python,
     java_string_hash,
     normalize_properties,
     parse_properties,
     tags_code,
 )
+from store.message_sys_flag import HOST_V6_FLAGS
 from store.native import native
 from store.record_check import CheckStatus, check_record
 from store.record_layout import MAGIC_CODE_V1, MAGIC_CODE_V2, RECORD_SPEC, MessageRecord
@@ -538,6 +541,112 @@ def test_prepare_message_in_c_equals_python(
         expected = str(err)
     assert got == expected
     assert isinstance(got, str) == (out_of_range is not None)
+
+
+@given(
+    message=messages(),
+    append_prop_crc=st.booleans(),
+    out_of_range=st.one_of(st.none(), st.sampled_from([
+        "queue_id", "flag", "sys_flag", "reconsume_times", "born_timestamp",
+        "prepared_transaction_offset"])),
+    queue_offset=i64,
+    phy_offset=i64,
+    store_timestamp=i64,
+    room=st.integers(-8, 40),
+    with_unit=st.booleans(),
+    implementation=st.sampled_from(CRC_IMPLEMENTATIONS),
+)
+def test_append_message_in_c_equals_prepare_and_write_in_python(
+    message: dict[str, Any], append_prop_crc: bool, out_of_range: str | None,
+    queue_offset: int, phy_offset: int, store_timestamp: int, room: int, with_unit: bool,
+    implementation: str,
+) -> None:
+    """`_native.append_message` (a send's one call) writes the record `prepare_message_python`
+    and `write_record_python` write, and the unit `ConsumeQueue.put` writes; or it answers None
+    having written nothing, exactly where `encode_message` leaves the message to Python or the
+    record and the 8-byte end-of-file minimum do not fit (`room` < 0); the clock is read
+    once for a record written, never for one left to the caller."""
+    assert native is not None, "store._native is not built"
+    if out_of_range is not None:
+        wide = out_of_range in ("born_timestamp", "prepared_transaction_offset")
+        message = {**message, out_of_range: (1 << 63) if wide else -(1 << 31) - 1}
+    try:
+        expected: EncodedMessage | None = prepare_message_python(
+            **message, append_prop_crc=append_prop_crc, max_message_size=MAX_MESSAGE_SIZE)
+    except MessageIllegalError:
+        expected = None
+    magic_code, topic_part = encoded_topic(message["topic"], False)
+    born, store = message["born_host"], message["store_host"]
+    stored_sys_flag = (message["sys_flag"] & ~HOST_V6_FLAGS) | \
+        (len(born.ip) == 16) << 4 | (len(store.ip) == 16) << 5
+    fields = (message["body"], message["properties"], topic_part, magic_code,
+              message["queue_id"], message["flag"])
+    rest = (message["born_timestamp"], born.packed, store.packed, message["reconsume_times"],
+            message["prepared_transaction_offset"], append_prop_crc)
+    c_encodes = native.encode_message(*fields, stored_sys_flag, *rest) is not None
+    size = expected.total_size if expected is not None else 200
+    buf = bytearray(b"\xee" * max(7, 7 + size + 8 + room))
+    cq = bytearray(b"\xdd" * 26)
+    clock_reads: list[int] = []
+
+    def clock() -> int:
+        clock_reads.append(store_timestamp)
+        return store_timestamp
+
+    previous = native.set_crc32_implementation(implementation)
+    try:
+        got = native.append_message(
+            buf, 7, *fields, message["sys_flag"], *rest, queue_offset, phy_offset, clock,
+            -(2**63), cq if with_unit else None, 3)
+    finally:
+        native.set_crc32_implementation(previous)
+    event("left to the caller" if not c_encodes or room < 0 else "written by C")
+    if not c_encodes or room < 0:
+        assert got is None
+        assert clock_reads == []
+        assert buf == b"\xee" * len(buf)
+        assert cq == b"\xdd" * len(cq)
+        return
+    assert expected is not None  # what C encodes, Python encodes
+    assert got == (expected.total_size, expected.tags_code, store_timestamp)
+    assert clock_reads == [store_timestamp]
+    assert buf[:7] == b"\xee" * 7
+    assert buf[7 + size :] == b"\xee" * (8 + room)
+    assert bytes(buf[7 : 7 + size]) == written(20, lambda out, pos: write_record_python(
+        out, pos, expected, queue_offset=queue_offset, phy_offset=phy_offset,
+        store_timestamp=store_timestamp), size)
+    unit = CQ_UNIT_STRUCT.pack(phy_offset, size, expected.tags_code) if with_unit else \
+        b"\xdd" * 20
+    assert cq == b"\xdd" * 3 + unit + b"\xdd" * 3
+
+
+# Strings made of what the encoding rules care about: separators, multi-byte UTF-8, and a lone
+# surrogate (which UTF-8 cannot encode).
+property_texts = st.lists(
+    st.sampled_from(["a", "TAGS", "\x01", "\x02", "\u00e9", "\U0001f600", "\ud800", ""]),
+    max_size=5,
+).map("".join)
+
+
+@given(props=st.one_of(property_maps, st.dictionaries(property_texts, property_texts,
+                                                      max_size=5)))
+def test_encode_properties_in_c_equals_python(props: dict[str, str]) -> None:
+    """`_native.encode_properties` gives Python's bytes, and None exactly where Python refuses
+    (a separator in a name or value, a string UTF-8 cannot encode); `encode_properties` then
+    refuses as Python does."""
+    assert native is not None, "store._native is not built"
+    expected: bytes | str
+    try:
+        expected = encode_properties_python(props)
+    except (MessageIllegalError, UnicodeEncodeError) as err:
+        expected = repr(err)
+    got = native.encode_properties(props)
+    assert got == (expected if isinstance(expected, bytes) else None)
+    try:
+        via_wrapper: bytes | str = encode_properties(props)
+    except (MessageIllegalError, UnicodeEncodeError) as err:
+        via_wrapper = repr(err)
+    assert via_wrapper == expected
 
 
 @given(

@@ -15,8 +15,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from store.message_properties import encode_properties
 from store.message_store import AppendResult, MessageStore
-from tests.support.store_helpers import batch, crash_image, message, read_all, small_config
+from tests.support.store_helpers import (
+    BORN_HOST,
+    STORE_HOST,
+    batch,
+    crash_image,
+    message,
+    read_all,
+    small_config,
+)
 
 QUEUES = 2
 bodies = st.binary(min_size=0, max_size=3000)
@@ -49,6 +58,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(queue_id=st.integers(0, QUEUES - 1), body=bodies)
     def append(self, queue_id: int, body: bytes) -> None:
         result = self.store.append_message(message(body, queue_id=queue_id))
+        self._record(queue_id, [body], result)
+
+    @rule(queue_id=st.integers(0, QUEUES - 1), body=bodies, tags=st.sampled_from(["", "a", "é"]))
+    def append_fields(self, queue_id: int, body: bytes, tags: str) -> None:
+        """The send's path: one C call for the common message (`append_message_fields`)."""
+        result = self.store.append_message_fields(
+            topic="TopicTest", queue_id=queue_id, flag=0, body=body,
+            properties=encode_properties({"TAGS": tags} if tags else {}), sys_flag=0,
+            born_timestamp=1_700_000_000_000, born_host=BORN_HOST, store_host=STORE_HOST)
         self._record(queue_id, [body], result)
 
     @rule(queue_id=st.integers(0, QUEUES - 1), items=st.lists(bodies, min_size=1, max_size=8))

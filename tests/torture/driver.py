@@ -32,8 +32,8 @@ from tests.torture.workload import (
     SetConfirm,
     Truncate,
     WriteCheckpoint,
+    append_single,
     encode_batch,
-    encode_single,
 )
 
 Emit = Callable[[str], None]
@@ -132,7 +132,7 @@ class Driver:
                 if batch:
                     result = store.append_batch(encode_batch(msgs))
                 else:
-                    result = store.append_message(encode_single(msgs[0]))
+                    result = append_single(store, msgs[0])
                 got = (result.phy_offset, result.end_offset, result.queue_offset)
                 want = (added[0].start, added[-1].end, added[0].queue_offset)
                 if got != want:

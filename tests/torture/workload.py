@@ -31,6 +31,7 @@ from store.config import StoreConfig
 from store.message_batch import EncodedBatch, prepare_batch
 from store.message_encoder import EncodedMessage, prepare_message
 from store.message_properties import encode_properties
+from store.message_store import AppendResult, MessageStore
 from tests.support.store_helpers import BORN_HOST, STORE_HOST, small_config
 
 TOPIC: Final = "TortureTopic"
@@ -158,6 +159,15 @@ def encode_single(msg: Msg) -> EncodedMessage:
         topic=TOPIC, queue_id=msg.queue_id, flag=0, body=msg.body, properties=msg.properties,
         sys_flag=0, born_timestamp=BORN_TIMESTAMP_MS, born_host=BORN_HOST, store_host=STORE_HOST,
         max_message_size=16 * 1024,
+    )
+
+
+def append_single(store: MessageStore, msg: Msg) -> AppendResult:
+    """Append one message the way the broker's send does (`append_message_fields`: one C call
+    for the common message), with `encode_single`'s fields and the torture config's limit."""
+    return store.append_message_fields(
+        topic=TOPIC, queue_id=msg.queue_id, flag=0, body=msg.body, properties=msg.properties,
+        sys_flag=0, born_timestamp=BORN_TIMESTAMP_MS, born_host=BORN_HOST, store_host=STORE_HOST,
     )
 
 

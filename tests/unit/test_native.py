@@ -8,8 +8,9 @@ import platform
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -174,6 +175,94 @@ def test_put_cq_units_refuses_what_does_not_fit() -> None:
         native.put_cq_units(bytearray(40), 0, 0, sizes, tags[:1])
     with pytest.raises(TypeError, match="int64"):
         native.put_cq_units(bytearray(40), 0, 0, sizes, tags.astype(np.int32))
+
+
+def _append_args(buf: bytearray, pos: int, cq: bytearray | None, cq_pos: int,
+                 born: bytes = BORN_HOST.packed, clock: Callable[[], int] = lambda: 7,
+                 last_store_timestamp: int = 0) -> tuple[Any, ...]:
+    return (buf, pos, b"body", b"TAGS\x01a\x02", b"\x01T", MAGIC_CODE_V1, 0, 0, 0, 1, born,
+            STORE_HOST.packed, 0, 0, True, 5, 6, clock, last_store_timestamp, cq, cq_pos)
+
+
+def _no_clock() -> int:
+    raise AssertionError("the clock was read for a message C does not write")
+
+
+def test_append_message_refuses_a_unit_that_does_not_fit_before_writing() -> None:
+    assert native is not None
+    buf, cq = bytearray(400), bytearray(39)
+    for cq_pos in (-1, 20, 40):
+        with pytest.raises(ValueError, match="does not fit"):
+            native.append_message(*_append_args(buf, 0, cq, cq_pos))
+    for pos in (-1, 401):
+        with pytest.raises(ValueError, match="outside"):
+            native.append_message(*_append_args(buf, pos, cq, 0, clock=_no_clock))
+    with pytest.raises(ZeroDivisionError):  # the clock's own error, before any write
+        native.append_message(*_append_args(buf, 0, bytearray(20), 0, clock=lambda: 1 // 0))
+    with pytest.raises(OverflowError):
+        native.append_message(*_append_args(buf, 0, bytearray(20), 0, clock=lambda: 1 << 64))
+    with pytest.raises(ValueError, match="8 or 20 bytes"):
+        native.append_message(*_append_args(buf, 0, cq, 0, born=b"\x7f\0\0\x01"))
+    with pytest.raises(TypeError, match="21 arguments"):
+        native.append_message(*_append_args(buf, 0, cq, 0)[:-1])
+    with pytest.raises(BufferError):  # read-only
+        native.append_message(*_append_args(bytes(400), 0, cq, 0))  # type: ignore[arg-type]
+    assert buf == bytearray(400)
+    assert cq == bytearray(39)
+
+
+def test_append_message_leaves_a_record_without_its_end_of_file_minimum_to_the_caller() -> None:
+    """A record that fits but leaves fewer than 8 bytes before the end of the buffer (the file)
+    is the caller's: its general path rolls the file with a BLANK first."""
+    assert native is not None
+    got = native.append_message(*_append_args(bytearray(400), 0, None, 0))
+    assert got is not None
+    size, tags_code, store_timestamp = got
+    assert tags_code == java_string_hash("a")
+    assert store_timestamp == 7
+    for free in (size + 7, size, size - 1, 0):
+        buf, cq = bytearray(free + 3), bytearray(20)
+        assert native.append_message(*_append_args(buf, 3, cq, 0, clock=_no_clock)) is None
+        assert buf == bytearray(free + 3)
+        assert cq == bytearray(20)
+    assert native.append_message(*_append_args(bytearray(size + 8), 0, None, 0)) == got
+
+
+def test_append_message_never_takes_a_store_timestamp_below_the_last() -> None:
+    assert native is not None
+    buf = bytearray(400)
+    got = native.append_message(*_append_args(buf, 0, None, 0, last_store_timestamp=9))
+    assert got is not None
+    assert got[2] == 9
+    assert struct.unpack_from(">q", buf, 56)[0] == 9  # STORETIMESTAMP, IPv4 born host
+    got = native.append_message(*_append_args(buf, 0, None, 0, clock=lambda: 11,
+                                              last_store_timestamp=9))
+    assert got is not None
+    assert got[2] == 11
+
+
+def test_encode_properties_takes_only_a_dict_of_str() -> None:
+    assert native is not None
+    assert native.encode_properties({"a": "b"}) == b"a\x01b\x02"
+    for other in ([("a", "b")], {"a": 1}, {1: "a"}, "a", None):
+        assert native.encode_properties(other) is None
+    assert encode_properties(OrderedMapping({"a": "b"})) == b"a\x01b\x02"
+
+
+class OrderedMapping(Mapping[str, str]):
+    """A mapping that is no dict: `encode_properties` takes it through Python."""
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def test_mixed_sizes_and_small_records_match_python(implementation: str) -> None:
