@@ -15,9 +15,9 @@ contention, they say what the loop itself managed at the moments the service del
 Both runs use the broker process's heap settings (`broker/heap.py`: the start-up heap frozen,
 the young-generation threshold raised; `broker/__main__.py` does this at start): without them a
 full collection scans the whole pytest process (every module of every benchmark) and stalls the
-loop for tens of milliseconds, which the broker never does. The line also prints each run's CPU
-time and how long its loop thread waited for a CPU (`/proc/thread-self/schedstat`): on a shared
-machine that wait, not the service, decides p99 (a run that waited seconds is a loaded run).
+loop for tens of milliseconds, which the broker's frozen heap avoids. The line also prints each
+run's CPU time and how long its loop thread waited for a CPU (`/proc/thread-self/schedstat`): on
+a shared machine that wait largely decides p99 (a run that waited seconds is a loaded run).
 """
 
 from __future__ import annotations
