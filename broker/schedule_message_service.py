@@ -2,9 +2,11 @@
 
 One task per delay level reads its queue (`level - 1`) in order from the level's delay offset.
 A unit's tagsCode is its deliver time (store/schedule.py); while the head unit is not due the
-task sleeps until it is (at most `IDLE_WAIT_MS` when the queue is empty), and a due message is
-put again under its real topic and queue (`REAL_TOPIC`, `REAL_QID`, without `DELAY`) by
-`put_time_up`. Levels are independent: a full level never holds up another.
+task sleeps until it is (at most `IDLE_WAIT_MS` when the queue is empty), and the due messages
+are put again under their real topics and queues (`REAL_TOPIC`, `REAL_QID`, without `DELAY`)
+by `put_time_up`, a batch of up to `UNITS_PER_READ` per call (one read, one store call, one
+flush wait: no per-message await or coroutine). Levels are independent: a full level never
+holds up another, and no level holds the event loop for more than one bounded batch.
 
 `delayOffset.json` (`<storePathRootDir>/config`, Java's `DelayOffsetSerializeWrapper`:
 `{"dataVersion":{..},"offsetTable":{1:12,3:0}}`) holds each level's next offset. It is written
@@ -24,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
+
+import numpy as np
 
 from broker.config_file import ConfigFile, IntKeyMap, PrettyValue, dump_pretty
 from broker.errors import ConfigFileError
@@ -37,17 +41,21 @@ from store.errors import StoreError
 from store.message_decoder import decode_record
 from store.message_store import MessageStore
 from store.record_layout import MessageRecord
-from store.schedule import SCHEDULE_TOPIC, corrected_deliver_timestamp, queue_id_of_level
+from store.schedule import SCHEDULE_TOPIC, due_head, queue_id_of_level
 
 log = logging.getLogger(__name__)
 
 DELAY_OFFSET_FILE_NAME: Final = "delayOffset.json"
 IDLE_WAIT_MS: Final = 100  # Java's DELAY_FOR_A_WHILE: an empty level looks again this often
 RETRY_WAIT_MS: Final = 100  # after a failed re-put (store not writable)
-UNITS_PER_READ: Final = 256
+# The most units one delivery step reads and re-puts before the loop runs other tasks: at a
+# few microseconds per re-put, a step holds the loop for about a millisecond.
+UNITS_PER_READ: Final = 128
 FLUSH_WAIT_MS: Final = 5_000  # a persist gives up (keeps the old file) if no flush came by then
 
-PutTimeUp = Callable[[MessageRecord], Awaitable[bool]]
+# Puts due records under their real topics, in order; returns how many it took (a prefix:
+# put, or dropped as undeliverable). Fewer than all means the store refused the next one now.
+PutTimeUp = Callable[[Sequence[MessageRecord]], Awaitable[int]]
 
 
 def _read_offset_table(value: JSONValue, path: str) -> dict[int, int]:
@@ -193,7 +201,14 @@ class ScheduleMessageService:
 
     async def deliver_due(self, level: int) -> int:
         """Deliver the due head of one level's queue; returns how long to wait (ms) before
-        looking again: until the next unit is due, or IDLE_WAIT_MS / RETRY_WAIT_MS."""
+        looking again: until the next unit is due (at most 10 x IDLE_WAIT_MS), or
+        IDLE_WAIT_MS / RETRY_WAIT_MS.
+
+        One step reads up to UNITS_PER_READ units, finds the due ones in one numpy pass,
+        reads their records in one checked read and re-puts them in one `put_time_up` call;
+        between steps the loop runs other tasks, so a long backlog is delivered in bounded
+        pieces. The wait is measured after the step, not before it.
+        """
         queue = self._store.queue(SCHEDULE_TOPIC, queue_id_of_level(level))
         if queue is None:
             return IDLE_WAIT_MS
@@ -203,47 +218,50 @@ class ScheduleMessageService:
             units = queue.units(offset, UNITS_PER_READ)
             if not len(units):
                 return IDLE_WAIT_MS
-            now_ms = self._wall_ms()
-            due = 0
-            wait_ms = 0
-            for _, _, tags_code in units.tolist():
-                deliver_ms = corrected_deliver_timestamp(
-                    tags_code, now_ms=now_ms, level_delay_ms=level_delay_ms
-                )
-                if deliver_ms > now_ms:
-                    wait_ms = deliver_ms - now_ms
-                    break
-                due += 1
-            min_phy = self._store.min_phy_offset
-            readable = [
-                (offset + index, int(phy), int(size))
-                for index, (phy, size, _) in enumerate(units[:due].tolist())
-                if size != FILLER_SIZE and phy >= min_phy  # fillers, expired: nothing to put
-            ]
-            records = self._read_all([(phy, size) for _, phy, size in readable])
-            for (queue_offset, _, _), record in zip(readable, records, strict=True):
-                if record is not None and not await self._put_time_up(record):
-                    self.offset_table[level] = queue_offset
+            due, next_deliver_ms = due_head(
+                units["tags_code"].astype(np.int64), now_ms=self._wall_ms(),
+                level_delay_ms=level_delay_ms,
+            )
+            phys = units["phy_offset"][:due].astype(np.int64)
+            sizes = units["size"][:due].astype(np.int64)
+            del units
+            if due:
+                # Fillers and units below the log's start (expired) have nothing to put.
+                readable = np.flatnonzero((sizes != FILLER_SIZE)
+                                          & (phys >= self._store.min_phy_offset))
+                records: list[MessageRecord] = []
+                record_offsets: list[int] = []
+                for queue_offset, record in zip(
+                    (offset + readable).tolist(),
+                    self._read_all(phys[readable].tolist(), sizes[readable].tolist()),
+                    strict=True,
+                ):
+                    if record is not None:
+                        records.append(record)
+                        record_offsets.append(queue_offset)
+                put = await self._put_time_up(records) if records else 0
+                self.delivered += put
+                if put < len(records):
+                    self.offset_table[level] = record_offsets[put]
                     return RETRY_WAIT_MS
-                self.delivered += record is not None
-                self.offset_table[level] = queue_offset + 1
-            offset += due
-            self.offset_table[level] = offset
-            if wait_ms:
-                return min(wait_ms, IDLE_WAIT_MS * 10)
+                offset += due
+                self.offset_table[level] = offset
+            if next_deliver_ms is not None:
+                wait_ms = next_deliver_ms - self._wall_ms()
+                if wait_ms > 0:
+                    return min(wait_ms, IDLE_WAIT_MS * 10)
             await asyncio.sleep(0)  # a long due backlog must not hold up the event loop
         return IDLE_WAIT_MS
 
-    def _read_all(self, units: list[tuple[int, int]]) -> list[MessageRecord | None]:
-        """The records of `units`, in order (one checked read); None for one that cannot be
-        read (logged), which is then skipped."""
-        if not units:
+    def _read_all(self, phys: list[int], sizes: list[int]) -> list[MessageRecord | None]:
+        """The records at `phys` / `sizes`, in order (one checked read); None for one that
+        cannot be read (logged), which is then skipped."""
+        if not phys:
             return []
         try:
-            raw = self._store.commitlog.read_records([p for p, _ in units], [s for _, s in units])
-            return [decode_record(data) for data in raw]
+            return [decode_record(data) for data in self._store.commitlog.read_records(phys, sizes)]
         except (IndexError, StoreError, ValueError):
-            return [self._read(phy, size) for phy, size in units]
+            return [self._read(phy, size) for phy, size in zip(phys, sizes, strict=True)]
 
     def _read(self, phy: int, size: int) -> MessageRecord | None:
         try:

@@ -25,7 +25,7 @@ import logging
 import shutil
 import struct
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
@@ -45,6 +45,7 @@ from store.errors import (
     DispatchError,
     MessageIllegalError,
     QueueOrderError,
+    StoreError,
     WriteRefusedError,
 )
 from store.host_port import HostPort
@@ -112,6 +113,15 @@ _new_tuple: Final = tuple.__new__
 class PutResult(NamedTuple):
     status: PutStatus
     append: AppendResult
+
+
+class PutMessagesResult(NamedTuple):
+    """What `put_messages` appended: `appended[i]` is the i-th message's append; fewer than
+    asked when `refused` (the error the next message got; nothing after it was tried)."""
+
+    status: PutStatus
+    appended: list[AppendResult]
+    refused: StoreError | None
 
 
 class GetStatus(enum.Enum):
@@ -654,6 +664,26 @@ class MessageStore:
             topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
             store_host, reconsume_times)
         return PutResult(await self._wait_flush(result.end_offset), result)
+
+    async def put_messages(self, msgs: Sequence[EncodedMessage]) -> PutMessagesResult:
+        """Append `msgs` in order, each as `put_message` would, then wait once for the flush
+        policy of the last (one group-commit wait for all, not one per message). The first
+        refusal (a `StoreError` from its append) stops the run: the messages before it stay
+        appended and are reported, the refused one and the rest are not appended."""
+        appended: list[AppendResult] = []
+        refused: StoreError | None = None
+        for msg in msgs:
+            count = 1 if takes_queue_offset(msg.sys_flag) else 0
+            try:
+                # Awaits only when a file is missing (worker thread); usually returns at once.
+                await self._prepare_files(msg.topic, msg.queue_id, msg.total_size, count)
+                appended.append(self.append_message(msg))
+            except StoreError as err:
+                refused = err
+                break
+        status = await self._wait_flush(appended[-1].end_offset) if appended \
+            else PutStatus.PUT_OK
+        return PutMessagesResult(status, appended, refused)
 
     async def put_batch(self, batch: EncodedBatch) -> PutResult:
         await self._prepare_files(batch.topic, batch.queue_id, batch.total_size, batch.count)

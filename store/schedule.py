@@ -18,6 +18,12 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
+from store.message_encoder import EncodedMessage, prepare_message
+from store.message_properties import PROPERTY_CRC_NAME, encode_properties
+from store.record_layout import MessageRecord
 from store.transaction_type import takes_queue_offset
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
@@ -96,6 +102,20 @@ def corrected_deliver_timestamp(deliver_ms: int, *, now_ms: int, level_delay_ms:
     return now_ms if deliver_ms > now_ms + level_delay_ms else deliver_ms
 
 
+def due_head(
+    deliver_ms: npt.NDArray[np.int64], *, now_ms: int, level_delay_ms: int
+) -> tuple[int, int | None]:
+    """How many leading units of a level's queue are due at `now_ms`, given their deliver
+    times (tagsCodes) in queue order, and when the first unit that is not due will be (None
+    when all are due). A unit is due when its `corrected_deliver_timestamp` is not after
+    `now_ms`; one call for a whole read of units, no Python per unit."""
+    not_due = (deliver_ms > now_ms) & (deliver_ms <= now_ms + level_delay_ms)
+    if not not_due.any():
+        return len(deliver_ms), None
+    head = int(np.argmax(not_due))
+    return head, int(deliver_ms[head])
+
+
 def transform_delay_level_message(
     topic: str, queue_id: int, properties: dict[str, str], *, sys_flag: int, max_delay_level: int
 ) -> tuple[str, int]:
@@ -129,6 +149,31 @@ def time_up_destination(properties: dict[str, str]) -> tuple[str, int]:
     if not topic or queue_text is None or _JAVA_INT.fullmatch(queue_text) is None:
         raise ValueError(f"scheduled message without a real destination: {topic!r} {queue_text!r}")
     return topic, int(queue_text)
+
+
+def time_up_message(
+    record: MessageRecord, *, append_prop_crc: bool, max_message_size: int
+) -> EncodedMessage:
+    """`messageTimeUp`: the message a due `SCHEDULE_TOPIC_XXXX` record becomes under its real
+    topic and queue: same body, flag, sys flag, born timestamp and host, store host and
+    reconsume times; its properties re-encoded from their map (as Java does) without `DELAY`.
+    Raises ValueError (no real destination, `time_up_destination`) or MessageIllegalError.
+
+    With the property CRC on, the stored `__CRC32#` entry is dropped from the map before the
+    encoding: `prepare_message` would drop that segment anyway (`normalize_properties`), and
+    without it the message takes the one-call C encoder instead of the Python path.
+    """
+    properties = record.properties_map()
+    topic, queue_id = time_up_destination(properties)
+    if append_prop_crc:
+        properties.pop(PROPERTY_CRC_NAME, None)
+    return prepare_message(
+        topic=topic, queue_id=queue_id, flag=record.flag, body=record.body,
+        properties=encode_properties(properties), sys_flag=record.sys_flag,
+        born_timestamp=record.born_timestamp, born_host=record.born_host,
+        store_host=record.store_host, reconsume_times=record.reconsume_times,
+        append_prop_crc=append_prop_crc, max_message_size=max_message_size,
+    )
 
 
 def unit_tags_code(

@@ -40,7 +40,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from broker.config import BrokerConfig
@@ -71,7 +71,7 @@ from store.errors import (
 from store.host_port import HostPort, offset_msg_id, offset_msg_ids
 from store.message_batch import batch_body_is_plain, decode_batch_body, prepare_batch_body
 from store.message_decoder import decode_record
-from store.message_encoder import prepare_message
+from store.message_encoder import EncodedMessage, prepare_message
 from store.message_properties import (
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC_RESERVED_BYTES,
@@ -84,7 +84,7 @@ from store.message_sys_flag import SysFlag
 from store.record_layout import RETRY_TOPIC_CHARS_MAX, TOPIC_CHARS_MAX, MessageRecord
 from store.schedule import (
     parse_message_delay_level,
-    time_up_destination,
+    time_up_message,
     transform_delay_level_message,
 )
 from store.transaction_type import batch_transaction_error
@@ -556,36 +556,47 @@ class SendProcessor:
 
     # -- delivery of due scheduled messages ------------------------------------------------
 
-    async def put_time_up(self, record: MessageRecord) -> bool:
-        """Put a due `SCHEDULE_TOPIC_XXXX` message under its real topic and queue (Java's
-        `messageTimeUp`): same body, flag, sys flag, born and store host, reconsume times; the
-        properties without `DELAY`. Returns False when the store refused it (try again
-        later); a message without a real destination is logged and dropped (True)."""
-        properties = record.properties_map()
-        try:
-            topic, queue_id = time_up_destination(properties)
-        except ValueError:
-            log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
-            return True
-        try:
-            msg = prepare_message(
-                topic=topic, queue_id=queue_id, flag=record.flag, body=record.body,
-                properties=encode_properties(properties), sys_flag=record.sys_flag,
-                born_timestamp=record.born_timestamp, born_host=record.born_host,
-                store_host=record.store_host, reconsume_times=record.reconsume_times,
-                append_prop_crc=self._config.store.enabled_append_prop_crc,
-                max_message_size=self._config.store.max_message_size,
+    async def put_time_up(self, records: Sequence[MessageRecord]) -> int:
+        """Put due `SCHEDULE_TOPIC_XXXX` messages under their real topics and queues, in order
+        (Java's `messageTimeUp`, store/schedule.py `time_up_message`), in one store call.
+        Returns how many of `records` were taken (a prefix): put, or logged and dropped when
+        one has no real destination or cannot be encoded. Fewer than all: the store refused
+        the next one (try it again later)."""
+        append_prop_crc = self._config.store.enabled_append_prop_crc
+        max_message_size = self._config.store.max_message_size
+        msgs: list[EncodedMessage] = []
+        record_index: list[int] = []  # msgs[i] is the message of records[record_index[i]]
+        for index, record in enumerate(records):
+            try:
+                msgs.append(time_up_message(record, append_prop_crc=append_prop_crc,
+                                            max_message_size=max_message_size))
+                record_index.append(index)
+            except (ValueError, MessageIllegalError):
+                log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
+        result = await self._store.put_messages(msgs)
+        for msg, append in zip(msgs, result.appended, strict=False):
+            self._pull_hold.notify_message_arriving(
+                msg.topic, msg.queue_id, append.queue_offset + append.msg_count, msg.tags_code
             )
-        except MessageIllegalError:
-            log.exception("scheduled message dropped phy_offset=%d", record.phy_offset)
-            return True
-        try:
-            result = await self._store.put_message(msg)
-        except StoreError as err:
-            log.warning("scheduled message not delivered yet topic=%s error=%s", topic, err)
-            return False
-        self._after_append(topic, queue_id, result.append, msg.tags_code, "normal")
-        return True
+        self._count_time_up(msgs, result.appended)
+        if result.refused is None:
+            return len(records)
+        log.warning("scheduled message not delivered yet topic=%s error=%s",
+                    msgs[len(result.appended)].topic, result.refused)
+        return record_index[len(result.appended)]
+
+    def _count_time_up(self, msgs: Sequence[EncodedMessage],
+                       appended: Sequence[AppendResult]) -> None:
+        """The metrics of the re-puts: one `message_in` per topic of the batch."""
+        by_topic: dict[str, tuple[int, int]] = {}
+        for msg, append in zip(msgs, appended, strict=False):
+            count, stored_bytes = by_topic.get(msg.topic, (0, 0))
+            by_topic[msg.topic] = (count + 1, stored_bytes + append.wrote_bytes)
+        for topic, (count, stored_bytes) in by_topic.items():
+            self._metrics.message_in(
+                topic, count=count, stored_bytes=stored_bytes, message_type="normal",
+                is_system=self._topics.is_system_topic(topic),
+            )
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
 

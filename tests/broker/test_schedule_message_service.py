@@ -4,13 +4,17 @@ delayOffset.json in Java's format, persisted only behind flushed re-puts."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from broker.config_file import ConfigFile
-from broker.schedule_message_service import ScheduleMessageService
+from broker.schedule_message_service import (
+    RETRY_WAIT_MS,
+    UNITS_PER_READ,
+    ScheduleMessageService,
+)
 from store.host_port import HostPort
 from store.message_decoder import decode_record
 from store.message_encoder import prepare_message
@@ -56,16 +60,17 @@ def schedule(store: MessageStore, key: str, level: int) -> None:
 
 def service_for(store: MessageStore, tmp_path: Path, clock: Clock,
                 delivered: list[str]) -> ScheduleMessageService:
-    async def put_time_up(record: MessageRecord) -> bool:
-        properties = record.properties_map()
-        topic, queue_id = time_up_destination(properties)
-        await store.put_message(prepare_message(
-            topic=topic, queue_id=queue_id, flag=0, body=record.body,
-            properties=encode_properties(properties), sys_flag=0, born_timestamp=0,
-            born_host=HOST, store_host=HOST, max_message_size=1 << 20,
-        ))
-        delivered.append(properties["KEYS"])
-        return True
+    async def put_time_up(records: Sequence[MessageRecord]) -> int:
+        for record in records:
+            properties = record.properties_map()
+            topic, queue_id = time_up_destination(properties)
+            await store.put_message(prepare_message(
+                topic=topic, queue_id=queue_id, flag=0, body=record.body,
+                properties=encode_properties(properties), sys_flag=0, born_timestamp=0,
+                born_host=HOST, store_host=HOST, max_message_size=1 << 20,
+            ))
+            delivered.append(properties["KEYS"])
+        return len(records)
 
     return ScheduleMessageService(
         store=store, delays_ms=DELAYS, file=ConfigFile(tmp_path / "config" / "delayOffset.json"),
@@ -135,3 +140,61 @@ def test_java_offsets_file_loads_and_is_clamped_into_the_queues(
     service = service_for(store, tmp_path, clock, [])
     service.load()
     assert service.offset_table == {1: 1, 2: 0}  # 9 is past the queue's end (1)
+
+
+async def test_a_backlog_goes_out_in_order_in_bounded_batches(
+    store: MessageStore, tmp_path: Path, clock: Clock
+) -> None:
+    batches: list[int] = []
+    delivered: list[str] = []
+
+    async def put_time_up(records: Sequence[MessageRecord]) -> int:
+        batches.append(len(records))
+        delivered.extend(record.body.decode() for record in records)
+        return len(records)
+
+    service = ScheduleMessageService(
+        store=store, delays_ms=DELAYS, file=ConfigFile(tmp_path / "config" / "delayOffset.json"),
+        put_time_up=put_time_up, flush_delay_offset_interval_ms=10_000, wall_ms=clock,
+    )
+    service.load()
+    keys = [str(i) for i in range(UNITS_PER_READ * 2 + 5)]
+    for key in keys:
+        schedule(store, key, 1)
+    clock.now_ms += 300
+    schedule(store, "later", 1)
+    clock.now_ms += 700
+    assert await service.deliver_due(1) == 300  # the whole due backlog, then "later" is 300 ms off
+    assert delivered == keys
+    assert max(batches) <= UNITS_PER_READ
+    assert len(batches) == 3
+    assert service.offset_table[1] == len(keys)
+    assert service.delivered == len(keys)
+
+
+async def test_a_refused_re_put_is_tried_again_from_that_message(
+    store: MessageStore, tmp_path: Path, clock: Clock
+) -> None:
+    delivered: list[str] = []
+    refuse = [True]
+
+    async def put_time_up(records: Sequence[MessageRecord]) -> int:
+        taken = 1 if refuse[0] else len(records)  # the store refuses the second one, once
+        delivered.extend(record.body.decode() for record in records[:taken])
+        return taken
+
+    service = ScheduleMessageService(
+        store=store, delays_ms=DELAYS, file=ConfigFile(tmp_path / "config" / "delayOffset.json"),
+        put_time_up=put_time_up, flush_delay_offset_interval_ms=10_000, wall_ms=clock,
+    )
+    service.load()
+    for key in "abc":
+        schedule(store, key, 1)
+    clock.now_ms += 1_000
+    assert await service.deliver_due(1) == RETRY_WAIT_MS
+    assert delivered == ["a"]
+    assert service.offset_table[1] == 1
+    refuse[0] = False
+    await service.deliver_due(1)
+    assert delivered == ["a", "b", "c"]
+    assert service.offset_table[1] == 3

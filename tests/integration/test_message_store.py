@@ -16,7 +16,8 @@ from store import testhooks
 from store.config import FlushDiskType
 from store.errors import DataInvariantError, RecordCorruptError, WriteRefusedError
 from store.message_decoder import decode_record
-from store.message_store import GetStatus, MessageStore, PutStatus
+from store.message_encoder import EncodedMessage
+from store.message_store import AppendResult, GetStatus, MessageStore, PutStatus
 from store.record_layout import BLANK_MAGIC_CODE
 from tests.support.store_helpers import batch, crash_image, message, read_all, small_config
 
@@ -265,6 +266,43 @@ async def test_async_flush_put_returns_before_disk(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "async flush never ran"
             await asyncio.sleep(0.01)
     store.close()
+
+
+async def test_put_messages_appends_in_order_and_waits_for_one_group_commit(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store.open()
+    msgs = [message(f"m{i:03d}".encode() * 400, queue_id=i % 3) for i in range(120)]  # 3 files
+    async with running(store):
+        async with asyncio.timeout(10):
+            result = await store.put_messages(msgs)
+    assert result.status is PutStatus.PUT_OK
+    assert result.refused is None
+    assert [a.queue_offset for a in result.appended] == [i // 3 for i in range(120)]
+    assert store.commitlog.flushed_where >= result.appended[-1].end_offset
+    assert len(store.commitlog.files.files) >= 3
+    for queue_id in range(3):
+        got = read_all(store, "TopicTest", queue_id)
+        assert [r.body for r in got] == [m.body for m in msgs[queue_id::3]]
+    store.close()
+
+
+async def test_put_messages_stops_at_the_first_refusal(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append = store.append_message
+
+    def fence_after_two(msg: EncodedMessage) -> AppendResult:
+        result = append(msg)
+        store.fenced = len(read_all(store, "TopicTest", 0)) >= 2
+        return result
+
+    monkeypatch.setattr(store, "append_message", fence_after_two)
+    result = await store.put_messages([message(f"m{i}".encode()) for i in range(5)])
+    assert len(result.appended) == 2
+    assert isinstance(result.refused, WriteRefusedError)
+    assert [r.body for r in read_all(store, "TopicTest", 0)] == [b"m0", b"m1"]
 
 
 async def test_retention_deletes_expired_files_and_moves_min_offsets(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ def test_options_are_case_insensitive_with_defaults() -> None:
     ({"topic": "T", "includeProperties": "yes"}, "includeProperties"),
     ({"topic": "T,U"}, "topic"),
     ({"topics": " , "}, "topics"),
+    ({"topic": "T", "pullBatchSize": "1025"}, "pullBatchSize"),
+    ({"topic": "T", "minPartitions": "0"}, "minPartitions"),
 ])
 def test_bad_source_options(options: dict[str, str], option: str) -> None:
     with pytest.raises(OptionError) as caught:
@@ -64,11 +66,20 @@ def test_bad_source_options(options: dict[str, str], option: str) -> None:
     assert "expected" in str(caught.value)
 
 
-def test_bad_sink_options() -> None:
-    with pytest.raises(OptionError, match="sendBatchSize"):
-        SinkOptions.parse({"nameServer": "h:1", "sendBatchSize": "0"})
-    with pytest.raises(OptionError, match="nameServer"):
-        SinkOptions.parse({"topic": "T"})
+@pytest.mark.parametrize(("options", "option"), [
+    ({"nameServer": "h:1", "sendBatchSize": "0"}, "sendBatchSize"),
+    ({"nameServer": "h:1", "sendBatchSize": "1025"}, "sendBatchSize"),
+    ({"nameServer": "h:1", "sendBatchSize": "lots"}, "sendBatchSize"),
+    ({"nameServer": "h:1", "idempotencyKey": "yes"}, "idempotencyKey"),
+    ({"nameServer": "h:1", "topic": " "}, "topic"),
+    ({"topic": "T"}, "nameServer"),
+    ({"nameServer": "h", "topic": "T"}, "nameServer"),
+])
+def test_bad_sink_options(options: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        SinkOptions.parse(options)
+    assert caught.value.option == option
+    assert "expected" in str(caught.value)
 
 
 def test_ranges_skip_empty_queues_and_new_queues_start_at_earliest() -> None:

@@ -24,8 +24,16 @@ ALLOWED = [
 ]
 
 
-def imported_packages(package: str) -> dict[str, set[str]]:
-    """pyrmq package -> the files of `package` importing it."""
+# The broker's side needs neither pyrmq's client nor Spark (issue 10: the `spark` extra is
+# optional, and no broker code uses `pyrmq_client`).
+SERVER_PACKAGES = ("broker", "ha", "store", "remoting", "controller_client", "controller")
+CLIENT_ONLY = frozenset({"pyrmq_client", "pyspark_rocketmq", "pyspark", "pyarrow"})
+
+
+def imported_packages(package: str, *, tops: frozenset[str] = PYRMQ_PACKAGES
+                      ) -> dict[str, set[str]]:
+    """Top-level package among `tops` (pyrmq's by default) -> the files of `package`
+    importing it."""
     found: dict[str, set[str]] = {}
     for path in sorted((REPO / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -37,7 +45,7 @@ def imported_packages(package: str) -> dict[str, set[str]]:
                 continue
             for name in names:
                 top = name.split(".", 1)[0]
-                if top in PYRMQ_PACKAGES and top != package:
+                if top in tops and top != package:
                     found.setdefault(top, set()).add(str(path.relative_to(REPO)))
     return found
 
@@ -52,3 +60,12 @@ def test_package_imports_only_its_layers(package: str, allowed: frozenset[str]) 
 def test_the_check_sees_an_import() -> None:
     """The walk finds the client's imports (so an empty result above is not a blind check)."""
     assert "remoting" in imported_packages("pyrmq_client")
+
+
+@pytest.mark.parametrize("package", SERVER_PACKAGES)
+def test_the_server_side_imports_neither_the_client_nor_spark(package: str) -> None:
+    assert imported_packages(package, tops=CLIENT_ONLY) == {}
+
+
+def test_the_client_only_check_sees_an_import() -> None:
+    assert "pyspark" in imported_packages("pyspark_rocketmq", tops=CLIENT_ONLY)
