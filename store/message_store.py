@@ -25,7 +25,7 @@ import logging
 import shutil
 import struct
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
@@ -808,13 +808,21 @@ class MessageStore:
         Client writes stay refused (fenced); dispatch follows confirmOffset. Raises
         `WriteRefusedError` when closed, `DiskFullError` above the disk limit, `ValueError` for
         bytes that do not continue the log inside one file (nothing copied)."""
+        self.append_replicated_run(phy_offset, (data,))
+
+    def append_replicated_run(self, phy_offset: int,
+                              parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """`append_replicated` of consecutive byte ranges from `phy_offset` (the bodies of the
+        TRANSFER frames of one read), each within one file, written a file at a time
+        (`CommitLog.append_raw_run`). On a `ValueError` the ranges before the bad one are
+        appended."""
         if self._closed or not self._opened:
             raise WriteRefusedError("store is not open")
         if self.disk_full:
             raise DiskFullError(
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
-        self.commitlog.append_raw(phy_offset, data)
+        self.commitlog.append_raw_run(phy_offset, parts)
         wakeup = self._allocate_wakeup
         if wakeup is not None and not wakeup.is_set() and (
                 self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):
@@ -872,6 +880,7 @@ class MessageStore:
         already is `epoch`'s: then it stays), then rebuild the next queue offsets and dispatch
         everything (a lone master confirms its whole log). Returns the epoch's start offset.
         Blocking; the store must be fenced meanwhile."""
+        self.commitlog.end_raw_writes()
         end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
         if end < self.commitlog.max_phy_offset:
             if end < self._confirm_offset and not self._is_partial_record(end):
