@@ -337,8 +337,19 @@ class MappedFile:
             self._fd = -1
 
     def destroy(self) -> None:
-        """Close and delete the file (retention, truncation of whole files)."""
-        self.close()
+        """Close and delete the file (retention, truncation of whole files). A view of the
+        mapping still held elsewhere (an HA master's transport that has not yet sent the bytes
+        of this file it was given) does not stop it: the mapping then stays until that last
+        view goes (the mmap object unmaps itself), its bytes valid for that reader, while the
+        file is deleted now."""
+        try:
+            self.close()
+        except BufferError:
+            log.debug("deleting %s while a view of it is still held: unmapped when it goes",
+                      self.path)
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

@@ -1,6 +1,8 @@
-"""A slave's appends of replicated bytes on real files (`MessageStore.append_replicated_run`):
-runs of TRANSFER bodies written a file at a time, with pwritev for large ones and copies into
-the mapping for small ones, and no pre-faulting or read-ahead of a file fed by pwritev."""
+"""Replication's file I/O on real files. A slave's appends of replicated bytes
+(`MessageStore.append_replicated_run`): runs of TRANSFER bodies written a file at a time, with
+pwritev for large ones and copies into the mapping for small ones, and no pre-faulting or
+read-ahead of a file fed by pwritev. A master's views of the mapping (what it sends from) do not
+stop retention from deleting a file."""
 
 from __future__ import annotations
 
@@ -134,3 +136,16 @@ def test_write_at_takes_more_parts_than_one_pwritev_does(tmp_path: Path) -> None
         assert bytes(mapped.buf[7 : 7 + len(joined)]) == joined
     finally:
         mapped.close()
+
+
+def test_a_file_deleted_while_a_view_of_it_is_held_stays_readable_through_the_view(
+    tmp_path: Path,
+) -> None:
+    mapped = MappedFile.create(tmp_path / offset_to_file_name(0), 1 << 16)
+    mapped.write_at(0, [b"still here"])
+    with memoryview(mapped.buf) as whole:
+        held = whole[:10]  # as an HA master's transport holds the bodies not yet sent
+    mapped.destroy()
+    assert not mapped.path.exists()
+    assert bytes(held) == b"still here"
+    held.release()  # the mapping goes with the last view (the mmap object unmaps itself)
