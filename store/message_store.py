@@ -580,9 +580,10 @@ class MessageStore:
 
     async def dispatch_in_thread(self) -> None:
         """`dispatch_pending` with its walk in a worker thread, until the reput offset reaches
-        the bound or a record not yet whole (a slave's reput: none of it on the event loop). Serialised with truncation and the other disk work; while it runs,
-        `dispatch_pending` on the loop does nothing (this call covers its range). Cancelling it
-        waits for the walk in flight."""
+        the bound or a record not yet whole (a slave's reput: none of it on the event loop).
+        Serialised with truncation and the other disk work; while it runs, `dispatch_pending`
+        on the loop does nothing (this call covers its range). Cancelling it waits for the walk
+        in flight."""
         loop = asyncio.get_running_loop()
         touched: set[tuple[str, int]] = set()
         while not self._closed and self._dispatching_in_thread is None:

@@ -18,13 +18,13 @@ from store.mapped_file import MappedFile, offset_to_file_name
 from store.message_store import MessageStore
 from tests.support.store_helpers import message, small_config
 
-FILE_BYTES = 64 * 1024  # small_config's commitlog file
+FILE_BYTES = 1024 * 1024  # larger than RAW_PWRITE_BYTES_MIN: runs of both kinds fit a file
 
 
 @pytest.fixture
 def master_log(tmp_path: Path) -> bytes:
     """A real commitlog of three and a bit files (records, BLANK ends)."""
-    master = MessageStore(small_config(tmp_path / "master"))
+    master = MessageStore(small_config(tmp_path / "master", mapped_file_size_commit_log=FILE_BYTES))
     master.open()
     try:
         while master.commitlog.max_phy_offset < 3 * FILE_BYTES + 5000:
@@ -38,7 +38,8 @@ def master_log(tmp_path: Path) -> bytes:
 
 @pytest.fixture
 def slave(tmp_path: Path) -> Iterator[MessageStore]:
-    store = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True))
+    store = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True,
+                                      mapped_file_size_commit_log=FILE_BYTES))
     store.open()
     store.fenced = True
     yield store
@@ -62,9 +63,10 @@ def runs(log: bytes, *, body: int, per_run: int) -> Iterator[tuple[int, list[mem
 @pytest.mark.parametrize(
     ("body", "per_run"),
     [
-        pytest.param(32 * 1024, 5, id="large-bodies-runs-cross-files"),
-        pytest.param(1000, 3, id="small-bodies-copied"),
+        pytest.param(32 * 1024, 10, id="large-runs-pwritev-cross-files"),
+        pytest.param(1000, 3, id="small-runs-copied"),
         pytest.param(RAW_PWRITE_BYTES_MIN, 1, id="one-body-a-run"),
+        pytest.param(32 * 1024, 7, id="runs-of-both-kinds"),
     ],
 )
 def test_runs_append_the_masters_bytes_exactly(slave: MessageStore, master_log: bytes,
@@ -121,6 +123,17 @@ def test_a_file_fed_by_pwritev_is_neither_pre_faulted_nor_read_ahead_until_compl
     assert second is not None
     assert second is not first
     assert not second.read_ahead
+    # A small run (live traffic after the catch-up) is copied into the mapping, pre-faulted
+    # ahead again.
+    at = FILE_BYTES + RAW_PWRITE_BYTES_MIN
+    slave.append_replicated_run(at, [memoryview(master_log)[at : at + 1000]])
+    assert not log.raw_writes
+    assert second.read_ahead
+    assert second.populated_to <= second.wrote_position
+    assert log.warm_ahead_wanted()
+    at += 1000
+    slave.append_replicated_run(at, [memoryview(master_log)[at : at + RAW_PWRITE_BYTES_MIN]])
+    assert log.raw_writes
     log.end_raw_writes()  # what becoming master does first
     assert not log.raw_writes
     assert second.read_ahead
