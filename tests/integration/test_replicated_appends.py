@@ -1,8 +1,7 @@
 """Replication's file I/O on real files. A slave's appends of replicated bytes
-(`MessageStore.append_replicated_run`): runs of TRANSFER bodies written a file at a time, with
-pwritev for large ones and copies into the mapping for small ones, and no pre-faulting or
-read-ahead of a file fed by pwritev. A master's views of the mapping (what it sends from) do not
-stop retention from deleting a file."""
+(`MessageStore.append_replicated_run`): runs of TRANSFER bodies written a file at a time with
+pwritev, and no pre-faulting or read-ahead of a file fed that way. A master's views of the
+mapping (what it sends from) do not stop retention from deleting a file."""
 
 from __future__ import annotations
 
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from store.commitlog import RAW_PWRITE_BYTES_MIN
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.message_store import MessageStore
 from tests.support.store_helpers import message, small_config
 
-FILE_BYTES = 1024 * 1024  # larger than RAW_PWRITE_BYTES_MIN: runs of both kinds fit a file
+FILE_BYTES = 1024 * 1024
+RUN = 256 * 1024  # a catching-up read's worth
 
 
 @pytest.fixture
@@ -63,10 +62,9 @@ def runs(log: bytes, *, body: int, per_run: int) -> Iterator[tuple[int, list[mem
 @pytest.mark.parametrize(
     ("body", "per_run"),
     [
-        pytest.param(32 * 1024, 10, id="large-runs-pwritev-cross-files"),
-        pytest.param(1000, 3, id="small-runs-copied"),
-        pytest.param(RAW_PWRITE_BYTES_MIN, 1, id="one-body-a-run"),
-        pytest.param(32 * 1024, 7, id="runs-of-both-kinds"),
+        pytest.param(32 * 1024, 10, id="large-runs-cross-files"),
+        pytest.param(1000, 3, id="small-runs"),
+        pytest.param(RUN, 1, id="one-body-a-run"),
     ],
 )
 def test_runs_append_the_masters_bytes_exactly(slave: MessageStore, master_log: bytes,
@@ -95,11 +93,11 @@ def test_a_body_across_a_file_end_is_refused_after_the_bodies_before_it(
 
 def test_a_run_not_at_the_end_of_the_log_appends_nothing(slave: MessageStore,
                                                          master_log: bytes) -> None:
-    slave.append_replicated_run(0, [memoryview(master_log)[:RAW_PWRITE_BYTES_MIN]])
+    slave.append_replicated_run(0, [memoryview(master_log)[:RUN]])
     with pytest.raises(ValueError, match="ends at"):
-        slave.append_replicated_run(RAW_PWRITE_BYTES_MIN + 1,
-                                    [memoryview(master_log)[:RAW_PWRITE_BYTES_MIN]])
-    assert slave.max_phy_offset == RAW_PWRITE_BYTES_MIN
+        slave.append_replicated_run(RUN + 1,
+                                    [memoryview(master_log)[:RUN]])
+    assert slave.max_phy_offset == RUN
 
 
 def test_a_file_fed_by_pwritev_is_neither_pre_faulted_nor_read_ahead_until_complete(
@@ -118,22 +116,11 @@ def test_a_file_fed_by_pwritev_is_neither_pre_faulted_nor_read_ahead_until_compl
     assert first.wrote_position == FILE_BYTES
     assert first.read_ahead  # complete: read ahead again (reads may come from the disk)
     slave.append_replicated_run(FILE_BYTES, [memoryview(master_log)[FILE_BYTES : FILE_BYTES
-                                                                     + RAW_PWRITE_BYTES_MIN]])
+                                                                     + RUN]])
     second = log.files.last
     assert second is not None
     assert second is not first
     assert not second.read_ahead
-    # A small run (live traffic after the catch-up) is copied into the mapping, pre-faulted
-    # ahead again.
-    at = FILE_BYTES + RAW_PWRITE_BYTES_MIN
-    slave.append_replicated_run(at, [memoryview(master_log)[at : at + 1000]])
-    assert not log.raw_writes
-    assert second.read_ahead
-    assert second.populated_to <= second.wrote_position
-    assert log.warm_ahead_wanted()
-    at += 1000
-    slave.append_replicated_run(at, [memoryview(master_log)[at : at + RAW_PWRITE_BYTES_MIN]])
-    assert log.raw_writes
     log.end_raw_writes()  # what becoming master does first
     assert not log.raw_writes
     assert second.read_ahead
