@@ -8,8 +8,7 @@ with a new handshake (the protocol's own recovery). Durable steps run in worker 
 (`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
 decoder's buffer, and the TRANSFER frames of one read are applied together
 (`SlaveProtocol.receive_transfers`): their bodies go to the commitlog inline in one run
-(`MessageStore.append_replicated_run`: one pwritev per file for a large run, copies into the
-mapping for a small one), then one ACK.
+(`MessageStore.append_replicated_run`: one pwritev per file), then one ACK.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
