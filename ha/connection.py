@@ -30,8 +30,10 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 WRITER_POLL_S: Final = 0.05
 # The writer yields to the event loop after this many body bytes written in a row.
 YIELD_EVERY_BYTES: Final = 1024 * 1024
-# TRANSFER frames (each <= haTransferBatchSize) are written together up to this many body bytes.
-WRITE_COALESCE_BYTES: Final = 256 * 1024
+# TRANSFER frames (each <= haTransferBatchSize) are written together up to this many body bytes
+# (one writev; a slave reads up to 1 MiB at a time). 1 MiB rather than 256 KiB took some 10 %
+# less CPU per replicated byte (median of 7 interleaved rounds each, noisy host).
+WRITE_COALESCE_BYTES: Final = 1024 * 1024
 
 
 class HAConnection:
