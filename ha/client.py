@@ -6,8 +6,9 @@ the first failure: the connection closes and, after `reconnect_interval_ms`, a n
 with a new handshake (the protocol's own recovery). Durable steps run in worker threads
 (truncation, epoch file), so does the consume-queue dispatch of received ranges
 (`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
-decoder's buffer, and each body (<= haTransferBatchSize) is copied from there into the mapping
-inline.
+decoder's buffer, and the TRANSFER frames of one read are applied together
+(`SlaveProtocol.receive_transfers`): their bodies go to the commitlog inline in one run
+(`MessageStore.append_replicated_run`: one pwritev per file), then one ACK.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
@@ -24,15 +25,16 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 from ha.config import HAConfig
 from ha.errors import HAError, HAProtocolError
 from ha.flow import FlowMeter
-from ha.frames import MasterFrameDecoder
+from ha.frames import MasterFrame, MasterFrameDecoder, TransferFrame
 from ha.slave_protocol import (
     Append,
     AppendEpoch,
+    AppendRun,
     Send,
     SetConfirmOffset,
     SlaveEffect,
@@ -231,9 +233,21 @@ class HAClient:
             self.last_read_timestamp_ms = wall_ms()
             ack: bytes | None = None
             self._confirm_due = None
+            frames: list[MasterFrame] = []
             while (frame := decoder.next_frame()) is not None:
-                effects = proto.receive(frame)
-                ack = await self._carry_out(effects, conn, defer_ack=True) or ack
+                frames.append(frame)
+            if proto.state is HAConnectionState.TRANSFER and \
+                    all(type(frame) is TransferFrame for frame in frames):
+                # The common case: the frames of this read carried out together (one write
+                # of their bodies, one ACK).
+                transfers = cast("list[TransferFrame]", frames)
+                ack = await self._carry_out(proto.receive_transfers(transfers), conn,
+                                            defer_ack=True)
+            else:
+                for frame in frames:
+                    effects = proto.receive(frame)
+                    ack = await self._carry_out(effects, conn, defer_ack=True) or ack
+            del frames
             if self._confirm_due is not None:
                 # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
                 # confirmOffset arrived, at once when DISPATCH_BYTES are owed.
@@ -271,6 +285,13 @@ class HAClient:
                     if store.commitlog.raw_file_needed(phy_offset, size) is not None:
                         await store.prepare_replicated(phy_offset, size)
                     store.append_replicated(phy_offset, body)
+                    self.received_bytes += size
+                    self.flow.add(size, self.clock_ms())
+                case AppendRun(phy_offset=phy_offset, bodies=bodies):
+                    size = sum(map(len, bodies))
+                    if store.commitlog.raw_file_needed(phy_offset, size) is not None:
+                        await store.prepare_replicated(phy_offset, size)
+                    store.append_replicated_run(phy_offset, bodies)
                     self.received_bytes += size
                     self.flow.add(size, self.clock_ms())
                 case AppendEpoch(epoch=epoch, start_offset=start_offset):

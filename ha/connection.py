@@ -2,8 +2,7 @@
 
 A reader coroutine feeds the slave's frames to `MasterConnectionProtocol` and reports acks to
 the service; a writer coroutine sends the handshake reply, then TRANSFER frames straight from
-the commitlog mapping (a memoryview, no copy of the body, for the last file; a copy for older
-files, which retention may delete meanwhile), and heartbeats when idle. Either side
+the commitlog mapping (memoryviews, no copy of the bodies), and heartbeats when idle. Either side
 failing closes the connection (bad input fails alone: one WARNING, the slave reconnects).
 Nothing read for `haHousekeepingInterval` closes it too.
 """
@@ -31,8 +30,10 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 WRITER_POLL_S: Final = 0.05
 # The writer yields to the event loop after this many body bytes written in a row.
 YIELD_EVERY_BYTES: Final = 1024 * 1024
-# TRANSFER frames (each <= haTransferBatchSize) are written together up to this many body bytes.
-WRITE_COALESCE_BYTES: Final = 256 * 1024
+# TRANSFER frames (each <= haTransferBatchSize) are written together up to this many body bytes
+# (one writev; a slave reads up to 1 MiB at a time). 1 MiB rather than 256 KiB took some 10 %
+# less CPU per replicated byte (median of 7 interleaved rounds each, noisy host).
+WRITE_COALESCE_BYTES: Final = 1024 * 1024
 
 
 class HAConnection:
@@ -140,11 +141,12 @@ class HAConnection:
                 await writer.drain()
                 self.protocol.wrote(service.clock_ms())
                 continue
-            header = self.protocol.next_transfer(
+            headers = self.protocol.next_transfers(
                 view, now_ms=service.clock_ms(), batch_size=config.ha_transfer_batch_size,
                 heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
+                bytes_max=WRITE_COALESCE_BYTES,
             )
-            if header is None:
+            if not headers:
                 if self.protocol.slave_broker_id is not None and self.protocol.caught_up(view):
                     service.caught_up(self.protocol.slave_broker_id)
                 self.wakeup.clear()
@@ -152,47 +154,27 @@ class HAConnection:
                     async with asyncio.timeout(WRITER_POLL_S):
                         await self.wakeup.wait()
                 continue
-            if not header.body_size:  # a heartbeat
-                writer.write(header.encode())
+            first, last = headers[0], headers[-1]
+            if not first.body_size:  # a heartbeat
+                writer.write(first.encode())
                 await writer.drain()
                 self.protocol.wrote(service.clock_ms())
                 continue
-            # Frames up to WRITE_COALESCE_BYTES go out in one writelines (one writev): the
-            # bodies straight from the mapping for the last file (never deleted), copies for
-            # older files, which retention may delete while the transport still holds a view.
-            parts: list[bytes | memoryview] = []
-            views: list[memoryview] = []
-            batch_bytes = 0
-            last = store.commitlog.files.last
-            live_from = last.file_from_offset if last is not None else 0
-            while header is not None and header.body_size:
-                body = store.commitlog.view(header.offset, header.body_size)
-                parts.append(header.encode())
-                if header.offset < live_from:
-                    parts.append(bytes(body))
-                    body.release()
-                else:
-                    parts.append(body)
-                    views.append(body)
-                batch_bytes += header.body_size
-                if batch_bytes >= WRITE_COALESCE_BYTES:
-                    break
-                header = self.protocol.next_transfer(
-                    view, now_ms=service.clock_ms(), batch_size=config.ha_transfer_batch_size,
-                    heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
-                )
-                if header is not None and not header.body_size:
-                    parts.append(header.encode())  # a heartbeat due: it goes too
-            del body
+            # The frames (consecutive data of one file) go out in one writelines (one writev),
+            # the bodies as views of the mapping: no copy. Retention may delete the file while
+            # the transport still holds some; the mapping then stays until they go
+            # (MappedFile.destroy).
+            base = first.offset
+            batch_bytes = last.offset + last.body_size - base
+            with store.commitlog.view(base, batch_bytes) as whole:
+                parts: list[bytes | memoryview] = []
+                for header in headers:
+                    at = header.offset - base
+                    parts.append(header.encode())
+                    parts.append(whole[at : at + header.body_size])
             writer.writelines(parts)
             del parts
             await writer.drain()
-            if views and writer.transport.get_write_buffer_size() == 0:
-                for body in views:
-                    with contextlib.suppress(BufferError):
-                        body.release()
-            # Else the transport may still hold views; they go with their last reference.
-            del views
             self.transferred_bytes += batch_bytes
             self.flow.add(batch_bytes, service.clock_ms())
             unyielded += batch_bytes

@@ -201,7 +201,9 @@ def pack_transfer_header(
 @dataclass(frozen=True, slots=True)
 class TransferFrame:
     """A decoded TRANSFER frame. `body` is a view into the decoder's buffer, valid only until
-    the next `feed()` or `next_frame()` (which release it): copy it (into the commitlog) first."""
+    the decoder's next `feed()` or `read_buffer()` (which release it): copy it (into the
+    commitlog) first. The bodies of all frames decoded since the last feed stay valid together
+    (a slave appends those of one read at once)."""
 
     header: TransferHeader
     body: memoryview
@@ -321,7 +323,7 @@ class MasterFrameDecoder:
     handshake body holds at most `EPOCH_ENTRIES_MAX` entries. `peer` names the master in errors.
     """
 
-    __slots__ = ("_body_view", "_buf", "body_bytes_max", "peer")
+    __slots__ = ("_body_views", "_buf", "body_bytes_max", "peer")
 
     def __init__(self, peer: str, *, body_bytes_max: int = TRANSFER_BODY_BYTES_MAX) -> None:
         if not 0 < body_bytes_max <= _I32_MAX:
@@ -329,20 +331,21 @@ class MasterFrameDecoder:
         self.peer = peer
         self.body_bytes_max = body_bytes_max
         self._buf = _Buffer()
-        self._body_view: memoryview | None = None
+        self._body_views: list[memoryview] = []
 
-    def _release_body(self) -> None:
-        # The last frame's body is a view of the buffer: it ends here (the buffer may move).
-        if self._body_view is not None:
-            self._body_view.release()
-            self._body_view = None
+    def _release_bodies(self) -> None:
+        # The bodies handed out since the last feed are views of the buffer: they end here
+        # (the buffer may move or grow).
+        for view in self._body_views:
+            view.release()
+        self._body_views.clear()
 
     @property
     def buffered_bytes(self) -> int:
         return self._buf.available
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._release_body()
+        self._release_bodies()
         limit = self._limit()
         if self._buf.available + len(data) > limit:
             raise FrameTooLargeError(
@@ -355,7 +358,7 @@ class MasterFrameDecoder:
         """Room for up to `size` bytes to read into straight from the socket (no copy through
         `feed`), within the decoder's bound; report the count with `received`, and release the
         view before calling anything else. Raises `FrameTooLargeError` when there is no room."""
-        self._release_body()
+        self._release_bodies()
         room = min(size, self._limit() - self._buf.available)
         if room <= 0:
             raise FrameTooLargeError(
@@ -416,10 +419,10 @@ class MasterFrameDecoder:
         start = buf.pos + TRANSFER_HEADER.size
         buf.pos = end
         header = TransferHeader(body_size, offset, epoch, epoch_start, confirm)
-        self._release_body()
         with memoryview(buf.data) as whole:
-            self._body_view = whole[start:end]
-        return TransferFrame(header, self._body_view)
+            body = whole[start:end]
+        self._body_views.append(body)
+        return TransferFrame(header, body)
 
     def _handshake(self, body_size: int) -> MasterHandshake | None:
         buf = self._buf

@@ -210,6 +210,37 @@ class MasterConnectionProtocol:
         self._last_sent_confirm_offset = store.confirm_offset
         return TransferHeader(size, where, label.epoch, label.start_offset, store.confirm_offset)
 
+    def next_transfers(
+        self, store: StoreView, *, now_ms: int, batch_size: int, heartbeat_interval_ms: int,
+        bytes_max: int,
+    ) -> list[TransferHeader]:
+        """What `next_transfer` called until `bytes_max` body bytes gave, as one call: [] for
+        None, one heartbeat, or TRANSFER headers of consecutive data (the first as
+        `next_transfer` gives it, the others the same cut of the rest of its file and epoch;
+        the next call goes on from there, also into the next file or epoch)."""
+        first = self.next_transfer(store, now_ms=now_ms, batch_size=batch_size,
+                                   heartbeat_interval_ms=heartbeat_interval_ms)
+        if first is None:
+            return []
+        headers = [first]
+        if not first.body_size:
+            return headers
+        where = first.offset + first.body_size
+        file_end = (first.offset // store.file_size + 1) * store.file_size
+        limit = min(store.max_phy_offset, file_end)
+        label_end = epoch_label(store.epoch_entries, first.offset).end_offset
+        if label_end > first.offset:
+            limit = min(limit, label_end)
+        total = first.body_size
+        epoch, start, confirm = first.epoch, first.epoch_start_offset, first.confirm_offset
+        while total < bytes_max and where < limit:
+            size = min(batch_size, limit - where)
+            headers.append(TransferHeader(size, where, epoch, start, confirm))
+            where += size
+            total += size
+        self.next_transfer_from_where = where
+        return headers
+
     def caught_up(self, store: StoreView) -> bool:
         """Nothing left to send (§7.3 step 3: the slave counts as caught up now)."""
         return (self.next_transfer_from_where is not None

@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ha.errors import HAProtocolError, NoConsistentPointError
@@ -62,11 +63,21 @@ class Append:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendRun:
+    """Copy `bodies` (consecutive byte ranges, each within one commitlog file; views valid until
+    the decoder's next feed) into the commitlog from `phy_offset` (its end), in order: the
+    bodies of consecutive TRANSFER frames of one read (`SlaveProtocol.receive_transfers`)."""
+
+    phy_offset: int
+    bodies: tuple[memoryview, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SetConfirmOffset:
     confirm_offset: int
 
 
-SlaveEffect = Send | TruncateTo | AppendEpoch | Append | SetConfirmOffset
+SlaveEffect = Send | TruncateTo | AppendEpoch | Append | AppendRun | SetConfirmOffset
 
 
 class SlaveProtocol:
@@ -177,6 +188,53 @@ class SlaveProtocol:
         if self.local_max_phy_offset > self.current_reported_offset:
             self.current_reported_offset = self.local_max_phy_offset
             effects.append(Send(encode_slave_ack(self.local_max_phy_offset)))
+        return effects
+
+    def receive_transfers(self, frames: Sequence[TransferFrame]) -> list[SlaveEffect]:
+        """`receive` for TRANSFER frames in order (those of one read), with what the shell
+        would otherwise carry out frame by frame gathered: the bodies of consecutive frames in
+        one `AppendRun` (an epoch label between them splits it, its `AppendEpoch` first), then
+        at most one `SetConfirmOffset` and one ACK `Send`, for the last values (those of the
+        last frame: both only grow). Raises as `receive` does; effects of the frames before a
+        bad one are then not returned (nothing of them was carried out, nothing acked)."""
+        if self.state is not HAConnectionState.TRANSFER:
+            raise HAProtocolError(f"TRANSFER from {self.peer} in state {self.state.name}")
+        effects: list[SlaveEffect] = []
+        bodies: list[memoryview] = []
+        run_start = 0
+        local = self.local_max_phy_offset
+        confirm = self._confirm_offset
+        for frame in frames:
+            header = frame.header
+            if local != 0 and local != header.offset:
+                raise HAProtocolError(
+                    f"TRANSFER from {self.peer}: offset={header.offset} but the local commitlog "
+                    f"ends at {local}"
+                )
+            if header.epoch != self.current_received_epoch:
+                labels = self._epoch_label(header.epoch, header.epoch_start_offset)
+                if labels and bodies:
+                    effects.append(AppendRun(run_start, tuple(bodies)))
+                    bodies = []
+                effects.extend(labels)
+                self.current_received_epoch = header.epoch
+            if header.body_size:
+                if header.offset < 0:
+                    raise HAProtocolError(f"TRANSFER from {self.peer}: data at offset -1")
+                if not bodies:
+                    run_start = header.offset
+                bodies.append(frame.body)
+                local = header.offset + header.body_size
+            confirm = max(confirm, min(header.confirm_offset, local))
+        if bodies:
+            effects.append(AppendRun(run_start, tuple(bodies)))
+        self.local_max_phy_offset = local
+        if confirm > self._confirm_offset:
+            self._confirm_offset = confirm
+            effects.append(SetConfirmOffset(confirm))
+        if local > self.current_reported_offset:
+            self.current_reported_offset = local
+            effects.append(Send(encode_slave_ack(local)))
         return effects
 
     def _epoch_label(self, epoch: int, start_offset: int) -> list[SlaveEffect]:

@@ -21,6 +21,7 @@ import errno
 import logging
 import mmap
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -47,9 +48,13 @@ _libc.madvise.restype = ctypes.c_int
 # Fault pages in writable ahead of the writer (Linux 5.14+). Called through ctypes because
 # ctypes releases the GIL for the call; mmap.madvise holds it for the whole (slow) call.
 _MADV_POPULATE_WRITE: Final = 23
+_MADV_NORMAL: Final = 0
+_MADV_RANDOM: Final = 1
 _libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.msync.restype = ctypes.c_int
 _MS_SYNC: Final = 4
+# Buffers per pwritev call (Linux's IOV_MAX).
+_IOV_MAX: Final = 1024
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -126,6 +131,7 @@ class MappedFile:
         "flushed_position",
         "path",
         "populated_to",
+        "read_ahead",
         "wrote_position",
     )
 
@@ -139,6 +145,7 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self.populated_to = 0
+        self.read_ahead = True
 
     @classmethod
     def create(cls, path: Path, file_size: int) -> MappedFile:
@@ -208,6 +215,52 @@ class MappedFile:
     def read(self, pos: int, size: int) -> bytes:
         """Copy `size` bytes at file position `pos`; the caller checks the range."""
         return self.buf[pos : pos + size]
+
+    def write_at(self, pos: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Write `parts`, one after another, at file position `pos` with pwritev (the caller
+        checks the range and moves `wrote_position`). The page cache behind the mapping is the
+        same, so reads through `buf` see the bytes at once and `flush` (msync) makes them
+        durable. Unlike a copy into the mapping, a whole page written this way is not
+        zero-filled first (a fault on a cold page of an allocated file zero-fills it, which
+        costs more than the copy itself on a VM) and needs no pre-faulting; the call releases
+        the GIL. Raises `StoreIOError`."""
+        pending = [memoryview(part) for part in parts]
+        try:
+            while pending:
+                batch = pending[:_IOV_MAX]
+                try:
+                    written = os.pwritev(self._fd, batch, pos)
+                except InterruptedError:
+                    continue
+                except OSError as err:
+                    raise _io_error(self.path, "write", err) from err
+                if not written:
+                    raise _io_error(self.path, "write", OSError(0, "pwritev wrote nothing"))
+                pos += written
+                # Drop what was written (a short write leaves the rest of one part).
+                done = 0
+                while done < len(batch) and written >= len(batch[done]):
+                    written -= len(batch[done])
+                    done += 1
+                if done < len(batch) and written:
+                    batch[done] = batch[done][written:]
+                pending[: len(batch)] = batch[done:]
+        finally:
+            for view in pending:
+                view.release()
+
+    def set_read_ahead(self, enabled: bool) -> None:
+        """Turn the kernel's read-ahead for faults on this mapping off (MADV_RANDOM) or back on.
+        Off while a slave writes the file with `write_at`: a read fault near the write position
+        (the dispatch following the writer) would otherwise read ahead up to the device's
+        read_ahead_kb (8 MiB on some VMs) past it, zero-filling pages the next writes overwrite
+        at once; the written pages are in the page cache, so reading them needs no read-ahead.
+        Best effort, as `populate`."""
+        if enabled == self.read_ahead or self.buf.closed:
+            return
+        if _libc.madvise(self._address, self.file_size,
+                         _MADV_NORMAL if enabled else _MADV_RANDOM) == 0:
+            self.read_ahead = enabled
 
     def numpy_view(self, dtype: npt.DTypeLike) -> npt.NDArray[np.void]:
         """A numpy array over the whole mapping; drop it before `close()`."""
@@ -284,8 +337,19 @@ class MappedFile:
             self._fd = -1
 
     def destroy(self) -> None:
-        """Close and delete the file (retention, truncation of whole files)."""
-        self.close()
+        """Close and delete the file (retention, truncation of whole files). A view of the
+        mapping still held elsewhere (an HA master's transport that has not yet sent the bytes
+        of this file it was given) does not stop it: the mapping then stays until that last
+        view goes (the mmap object unmaps itself), its bytes valid for that reader, while the
+        file is deleted now."""
+        try:
+            self.close()
+        except BufferError:
+            log.debug("deleting %s while a view of it is still held: unmapped when it goes",
+                      self.path)
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ import functools
 import logging
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +80,8 @@ ALLOCATE_INTERVAL_S: Final = 0.1
 # From this many bytes to dispatch on, `dispatch_pending` scans in bulk (numpy); below, the
 # per-record walk is cheaper than the vectorised pass's fixed cost.
 BULK_DISPATCH_BYTES: Final = 64 * 1024
+STORE_WORKERS: Final = 4  # the store's worker threads (disk work, dispatch walks)
+WORKER_START_TIMEOUT_S: Final = 10.0
 
 
 def system_wall_ms() -> int:
@@ -204,7 +207,8 @@ class MessageStore:
         self._disk_lock: asyncio.Lock | None = None
         # The store's own worker threads for disk work: close() waits for what is in flight
         # (a cancelled coroutine does not stop its thread, which could race the unmapping).
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-io")
+        self._executor = ThreadPoolExecutor(max_workers=STORE_WORKERS,
+                                            thread_name_prefix="store-io")
         self.recovery: RecoveryReport | None = None
 
     # ================================================================ open / close
@@ -226,9 +230,24 @@ class MessageStore:
             self._lock.release()
             raise
         self._abort.create()
+        self._start_workers()
         self._opened = True
         self.recovery = report
         return report
+
+    def _start_workers(self) -> None:
+        """Start every worker thread of the store's executor now (open runs off the loop):
+        the executor starts them lazily, on a submit, and Thread.start waits until the new
+        thread runs, which took the event loop 30-70 ms on a busy host."""
+        workers = STORE_WORKERS
+        barrier = threading.Barrier(workers)
+        # Each task waits until all have started: no idle thread takes the next submit, so
+        # each submit starts one.
+        started = [self._executor.submit(barrier.wait, WORKER_START_TIMEOUT_S)
+                   for _ in range(workers)]
+        for future in started:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                future.result()
 
     def _load_and_recover(self) -> RecoveryReport:
         started = time.monotonic()
@@ -748,15 +767,17 @@ class MessageStore:
             self.dispatch_pending()
 
     async def dispatch_in_thread(self) -> None:
-        """`dispatch_pending` with its bulk walk in a worker thread, until the reput offset
-        reaches the bound (a slave's reput: large received ranges, none of it on the event
-        loop). Serialised with truncation and the other disk work; while it runs,
-        `dispatch_pending` on the loop does nothing (this call covers its range). Cancelling it
-        waits for the walk in flight."""
+        """`dispatch_pending` with its walk in a worker thread, until the reput offset reaches
+        the bound or a record not yet whole (a slave's reput: none of it on the event loop).
+        Serialised with truncation and the other disk work; while it runs, `dispatch_pending`
+        on the loop does nothing (this call covers its range). Cancelling it waits for the walk
+        in flight."""
         loop = asyncio.get_running_loop()
         touched: set[tuple[str, int]] = set()
         while not self._closed and self._dispatching_in_thread is None:
-            if self.dispatch_behind_bytes < BULK_DISPATCH_BYTES:
+            # Small ranges too: a record may need a new consume-queue file, whose creation
+            # (an allocation and fsyncs) must not run on the loop.
+            if self.dispatch_behind_bytes == 0:
                 break
             async with self._disk():
                 start = self._reput_from
@@ -996,13 +1017,21 @@ class MessageStore:
         Client writes stay refused (fenced); dispatch follows confirmOffset. Raises
         `WriteRefusedError` when closed, `DiskFullError` above the disk limit, `ValueError` for
         bytes that do not continue the log inside one file (nothing copied)."""
+        self.append_replicated_run(phy_offset, (data,))
+
+    def append_replicated_run(self, phy_offset: int,
+                              parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """`append_replicated` of consecutive byte ranges from `phy_offset` (the bodies of the
+        TRANSFER frames of one read), each within one file, written a file at a time
+        (`CommitLog.append_raw_run`). On a `ValueError` the ranges before the bad one are
+        appended."""
         if self._closed or not self._opened:
             raise WriteRefusedError("store is not open")
         if self.disk_full:
             raise DiskFullError(
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
-        self.commitlog.append_raw(phy_offset, data)
+        self.commitlog.append_raw_run(phy_offset, parts)
         wakeup = self._allocate_wakeup
         if wakeup is not None and not wakeup.is_set() and (
                 self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):
@@ -1060,6 +1089,7 @@ class MessageStore:
         already is `epoch`'s: then it stays), then rebuild the next queue offsets and dispatch
         everything (a lone master confirms its whole log). Returns the epoch's start offset.
         Blocking; the store must be fenced meanwhile."""
+        self.commitlog.end_raw_writes()
         end = self._scan_range(self._reput_from, self.commitlog.max_phy_offset, lambda _: None)
         if end < self.commitlog.max_phy_offset:
             if end < self._confirm_offset and not self._is_partial_record(end):

@@ -215,10 +215,11 @@ async def test_a_broken_data_rule_on_the_slave_ends_the_service(
     await send(master, 3)
     slave = await cluster.node(2)
 
-    def broken(offset: int, data: object) -> None:
+    def broken(offset: int, parts: object) -> None:
         raise DataInvariantError(f"test: append at {offset} breaks a rule")
 
-    monkeypatch.setattr(slave.store, "append_replicated", broken)
+    # The slave appends the bodies of each read as one run.
+    monkeypatch.setattr(slave.store, "append_replicated_run", broken)
     runner = asyncio.create_task(slave.service.run())
     await slave.service.become_slave(address(master), 1)
     with pytest.raises(DataInvariantError, match="breaks a rule"):

@@ -8,6 +8,7 @@ import pytest
 
 from ha.errors import HandshakeRefusedError, HAProtocolError, NoConsistentPointError
 from ha.frames import (
+    MasterFrame,
     MasterFrameDecoder,
     MasterHandshake,
     SlaveAck,
@@ -20,8 +21,10 @@ from ha.master_protocol import Acked, MasterConnectionProtocol, StoreView, epoch
 from ha.slave_protocol import (
     Append,
     AppendEpoch,
+    AppendRun,
     Send,
     SetConfirmOffset,
+    SlaveEffect,
     SlaveProtocol,
     TruncateTo,
 )
@@ -337,8 +340,12 @@ class Node:
     confirm: int = 0
 
 
-def replicate(master: Node, follower: Node, *, batch: int, file_size: int = 1 << 20) -> int:
-    """Run both cores over real frames until the slave has caught up; returns frames sent."""
+def replicate(master: Node, follower: Node, *, batch: int, file_size: int = 1 << 20,
+              write_bytes: int | None = None) -> int:
+    """Run both cores over real frames until the slave has caught up; returns frames sent.
+    `write_bytes`: the master gives the frames of up to that many body bytes at once
+    (`next_transfers`) and the slave applies what one feed decodes together
+    (`receive_transfers`), as the shells do; None: a frame at a time."""
     m_dec, s_dec = SlaveFrameDecoder("slave"), MasterFrameDecoder("master")
     proto = SlaveProtocol("master", slave_broker_id=2)
     conn = MasterConnectionProtocol("slave", now_ms=0)
@@ -351,8 +358,7 @@ def replicate(master: Node, follower: Node, *, batch: int, file_size: int = 1 <<
         while (frame := m_dec.next_frame()) is not None:
             conn.receive(frame, replica_ids=REPLICAS, store=store())
 
-    def carry_out(effects: list[Send | TruncateTo | AppendEpoch | Append | SetConfirmOffset]
-                  ) -> None:
+    def carry_out(effects: list[SlaveEffect]) -> None:
         for effect in effects:
             match effect:
                 case Send(data=data):
@@ -366,6 +372,10 @@ def replicate(master: Node, follower: Node, *, batch: int, file_size: int = 1 <<
                 case Append(phy_offset=offset, body=body):
                     assert offset == len(follower.log)
                     follower.log += body
+                case AppendRun(phy_offset=offset, bodies=bodies):
+                    assert offset == len(follower.log)
+                    for body in bodies:
+                        follower.log += body
                 case SetConfirmOffset(confirm_offset=confirm):
                     follower.confirm = confirm
 
@@ -376,15 +386,29 @@ def replicate(master: Node, follower: Node, *, batch: int, file_size: int = 1 <<
     s_dec.feed(reply.encode())
     frames = 0
     while True:
+        decoded: list[MasterFrame] = []
         while (frame := s_dec.next_frame()) is not None:
-            carry_out(proto.receive(frame))
-        header = conn.next_transfer(store(), now_ms=0, batch_size=batch,
-                                    heartbeat_interval_ms=1 << 40)
-        if header is None:
+            decoded.append(frame)
+        if write_bytes is not None and proto.state is HAConnectionState.TRANSFER and \
+                all(isinstance(frame, TransferFrame) for frame in decoded):
+            carry_out(proto.receive_transfers(
+                [frame for frame in decoded if isinstance(frame, TransferFrame)]))
+        else:
+            for frame in decoded:
+                carry_out(proto.receive(frame))
+        if write_bytes is None:
+            header = conn.next_transfer(store(), now_ms=0, batch_size=batch,
+                                        heartbeat_interval_ms=1 << 40)
+            headers = [] if header is None else [header]
+        else:
+            headers = conn.next_transfers(store(), now_ms=0, batch_size=batch,
+                                          heartbeat_interval_ms=1 << 40, bytes_max=write_bytes)
+        if not headers:
             return frames
-        frames += 1
-        s_dec.feed(header.encode() + bytes(master.log[header.offset:
-                                                      header.offset + header.body_size]))
+        frames += len(headers)
+        s_dec.feed(b"".join(header.encode() + bytes(master.log[header.offset:
+                                                               header.offset + header.body_size])
+                            for header in headers))
 
 
 def test_two_cores_replicate_a_log_with_three_epochs() -> None:
@@ -394,6 +418,17 @@ def test_two_cores_replicate_a_log_with_three_epochs() -> None:
     assert follower.log == master.log
     assert follower.epochs == master.epochs
     assert follower.confirm == len(master.log)
+
+
+def test_two_cores_replicate_a_write_of_frames_at_a_time_across_files_and_epochs() -> None:
+    master = Node(bytearray(range(256)) * 10, EpochCache([(1, 0), (2, 700), (4, 1900)]))
+    follower = Node()
+    frames = replicate(master, follower, batch=128, file_size=1000, write_bytes=600)
+    assert follower.log == master.log
+    assert follower.epochs == master.epochs
+    assert follower.confirm == len(master.log)
+    # Cut at files (1000, 2000) and epochs (700, 1900) as frame by frame: the same frames.
+    assert frames == replicate(master, Node(), batch=128, file_size=1000)
 
 
 def test_two_cores_cut_a_divergent_tail_and_catch_up() -> None:
