@@ -33,9 +33,10 @@ def main(mode: str, namesrv: str, topic: str) -> None:
         if mode == "import":
             register = DataSourceRegistration.register
 
-            def recording(self: DataSourceRegistration, source: type[DataSource]) -> None:
-                registered.append(source.name())
-                register(self, source)
+            def recording(self: DataSourceRegistration,
+                          dataSource: type[DataSource]) -> None:  # noqa: N803 (its name)
+                registered.append(dataSource.name())
+                register(self, dataSource)
 
             DataSourceRegistration.register = recording  # type: ignore[method-assign]
             import pyspark_rocketmq  # noqa: F401
