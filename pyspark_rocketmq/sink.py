@@ -6,8 +6,11 @@ writable queues, all broker groups in (brokerName, queueId) order, modulo their 
 task opens its own `ClusterClient` and sends in batches of sendBatchSize per queue; a failed
 send fails the task (Spark retries it), so a message may be written twice but never lost.
 With idempotencyKey=true every message carries the property `SPARK_IDEMPOTENCY_KEY`,
-`<writeId>-<batchId>-<partition>-<row>`: the same for a row written again by a retried task,
-so a consumer can drop the duplicates.
+`<writeId>-<batchId>-<partition>-<row>` (row: the row's index in its task's input). In a
+streaming write the writeId is the query's id, which Spark keeps in the checkpoint, so a
+micro-batch replayed after a restart (same batch id, same source offsets, so the same rows in
+the same partitions) gets the same keys; in a batch write it is random per write, the same for
+a task Spark retries within it. A consumer can drop the duplicates by key.
 """
 
 from __future__ import annotations
@@ -116,14 +119,21 @@ async def _send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch],
     return sent
 
 
+# Local properties Spark's micro-batch execution gives every task of a streaming query.
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+
+
 def _write(options: SinkOptions, write_id: str, batches: Iterator[pa.RecordBatch]) -> int:
-    """Send a task's rows; the idempotency key prefix is the write, micro-batch and partition."""
+    """Send a task's rows; the idempotency key prefix is the write (the query id when
+    streaming), micro-batch and partition."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     prefix = None
     if options.idempotency_key:
-        batch_id = (context.getLocalProperty("streaming.sql.batchId") if context else None) or "0"
-        prefix = f"{write_id}-{batch_id}-{partition}"
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
+        batch_id = (context.getLocalProperty(BATCH_ID_PROPERTY) if context else None) or "0"
+        prefix = f"{query_id or write_id}-{batch_id}-{partition}"
     return asyncio.run(_send_all(options, batches, prefix, partition))
 
 

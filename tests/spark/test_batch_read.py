@@ -142,6 +142,24 @@ def test_starting_timestamp_selects_the_messages_stored_from_then_on(
     assert len(first) == len(second) == 8
 
 
+def test_several_topics_read_together(
+    spark: SparkSession, cluster: Cluster, orders: list[Sent]
+) -> None:
+    cluster.create_topic("Returns", queues=2)
+    queues = [MessageQueue("Returns", name, i) for name in ("broker-a", "broker-b")
+              for i in range(2)]
+    returns = send(cluster, "Returns", [(queues[n % 4], f"r{n}".encode(), "R") for n in range(16)])
+    df = read(spark, cluster, topics="Orders, Returns",
+              startingOffsets='{"Returns": {"broker-b": {"1": 2}}}')
+    got = {(r.topic, r.brokerName, r.queueId, r.queueOffset, bytes(r.body))
+           for r in df.select("topic", "brokerName", "queueId", "queueOffset", "body").collect()}
+    assert got == {("Orders", broker, queue, offset, body)
+                   for broker, queue, offset, body in expected(orders)} | {
+        ("Returns", s.queue.broker_name, s.queue.queue_id, s.offset, s.body) for s in returns
+        if (s.queue.broker_name, s.queue.queue_id) != ("broker-b", 1) or s.offset >= 2}
+    assert len(got) == 80 + 16 - 2
+
+
 @pytest.mark.parametrize(("options", "match"), [
     ({"topic": "Orders", "nameServer": ""}, "nameServer"),
     ({"topic": "Orders", "nameServer": "nohost"}, "nameServer"),

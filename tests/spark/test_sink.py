@@ -80,6 +80,47 @@ def test_streaming_write_reads_back_equal(
     assert read_back(spark, cluster, "SinkOut") == sorted(ROWS)
 
 
+def test_a_replayed_micro_batch_writes_the_same_idempotency_keys(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """A micro-batch whose sink output was sent but not committed (its commit log entry is
+    gone, as after a crash between the two) is replayed on restart: every row is written twice,
+    both times with the same key, and the key is the query's id, batch, partition and row."""
+    cluster.create_topic("ReplayIn", queues=2)
+    cluster.create_topic("ReplayOut", queues=2)
+    spark.createDataFrame(ROWS[:40], SCHEMA).write.format("rocketmq").mode("append") \
+        .option("nameServer", cluster.namesrv_addr).option("topic", "ReplayIn").save()
+    checkpoint = tmp_path / "cp"
+
+    def run() -> str:
+        query = spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+            .option("topic", "ReplayIn").option("startingOffsets", "earliest").load() \
+            .select("body").writeStream.format("rocketmq") \
+            .option("nameServer", cluster.namesrv_addr).option("topic", "ReplayOut") \
+            .option("idempotencyKey", "true").option("checkpointLocation", str(checkpoint)) \
+            .trigger(availableNow=True).start()
+        assert query.awaitTermination(120), "the query did not finish within 120 s"
+        return str(query.id)
+
+    query_id = run()
+    commits = sorted(p.name for p in (checkpoint / "commits").iterdir()
+                     if not p.name.startswith("."))
+    assert commits == ["0"]
+    (checkpoint / "commits" / "0").unlink()
+    (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)  # the local file system's checksum
+    assert run() == query_id
+    rows = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+        .option("topic", "ReplayOut").option("includeProperties", "true").load().collect()
+    keys: dict[bytes, list[str]] = {}
+    for r in rows:
+        keys.setdefault(bytes(r.body), []).append(r.properties[IDEMPOTENCY_PROPERTY])
+    assert sorted(keys) == sorted(row[0] for row in ROWS[:40])
+    assert all(len(found) == 2 and found[0] == found[1] for found in keys.values()), keys
+    distinct = {found[0] for found in keys.values()}
+    assert len(distinct) == 40
+    assert all(key.startswith(f"{query_id}-0-") for key in distinct)
+
+
 @pytest.mark.parametrize(("columns", "options", "match"), [
     ("tags", {"topic": "SinkBatch"}, "a body column"),
     ("body", {}, "rocketmq option topic"),
