@@ -20,7 +20,7 @@ its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must
 something (a broker that did not keep up is printed as NOT MEASURED, with its counts; one whose
 window has not closed a minute after it was due is printed as DID NOT HOLD the rate, with the
 broker CPU it used meanwhile).
-Cost: about 4 x (WARMUP_S + WINDOW_S + ~10 s) plus start-up, ~4 minutes.
+Cost: about 2 x (WARMUP_S + WINDOW_S + ~10 s) per rate plus start-up, ~3.5 minutes.
 """
 
 from __future__ import annotations
@@ -62,12 +62,14 @@ from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 
-# PYRMQ_LATENCY_RATES="20000,50000" measures other rates. CI runs 20,000 only: in a quiet
-# clean-clone run on the project's 2-core machine (2026-11-25) the Java 5.5.0 side of the
-# 50,000 run never closed its window (the load generator and broker fell behind), so 50,000 is
-# above the highest rate Java holds here.
+# PYRMQ_LATENCY_RATES="20000,50000" measures other rates. CI runs 20,000 (the issue's lower rate)
+# and 45,000: the issue's 50,000 "or the highest rate Java holds here". Measured on the project's
+# 2-core machine (2026-11-27, quiet, the warm-up ramp in place): RocketMQ 5.5.0 held 35,000 and
+# 45,000 (every message acknowledged and consumed, the load generator at most 20 ms behind its
+# schedule); at 50,000 its load generator fell 22 s behind within the warm-up and collapsed into
+# send timeouts (its JVM at 184 % CPU, the Java broker at 11 %), while pyrmq held 50,000.
 RATES: Final = tuple(
-    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000").split(",")
+    int(rate) for rate in os.environ.get("PYRMQ_LATENCY_RATES", "20000,45000").split(",")
 )
 QUEUES: Final = 16
 BODY_BYTES: Final = 1024
