@@ -5,6 +5,7 @@
     pyrmq-admin electMaster -a CONTROLLER -b BROKER_ID -bn BROKER_NAME -c CLUSTER
     pyrmq-admin getBrokerEpoch -n NAMESRV (-b BROKER_NAME | -c CLUSTER)
     pyrmq-admin clusterList -n NAMESRV
+    pyrmq-admin haStatus (-b BROKER_ADDR | -c CLUSTER -n NAMESRV) [-i SECONDS]
 
 Each prints what mqadmin prints for the same command (the `#Key<TAB>value` lines; clusterList
 prints the cluster, broker name, role id and address columns only: pyrmq-admin does not fetch
@@ -15,7 +16,8 @@ BrokerMemberGroup while controllers send it nested in an ElectMasterResponseBody
 Exit status 0 on success; 1 with one line on stderr naming the command, the address and the
 controller's or broker's answer otherwise; 2 for bad usage.
 `-a` may list several controllers separated by `;`: as mqadmin does, the first is asked.
-(`haStatus` is not here yet: it needs GET_BROKER_HA_STATUS on the broker.)
+`haStatus` asks brokers (GET_BROKER_HA_STATUS), the others controllers or name servers; with
+`-i` it repeats every that many seconds until interrupted, as mqadmin does.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from controller_client.messages import (
     ElectMasterResponseHeader,
     GetMetaDataResponseHeader,
 )
-from remoting.bodies import ClusterInfo
+from remoting.bodies import ClusterInfo, HARuntimeInfo
 from remoting.client import invoke_once, split_host_port
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -202,12 +204,65 @@ async def cluster_list(args: argparse.Namespace) -> None:
                 print(f"{cluster:<22}  {name:<22}  {role_id:<4}  {addr:<22}")
 
 
+def _human_millis(millis: int) -> str:
+    """A wall time as mqadmin prints it (UtilAll.timeMillisToHumanString2: local time,
+    `yyyy-MM-dd HH:mm:ss,SSS`)."""
+    seconds, ms = divmod(millis, 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f",{ms:03d}"
+
+
+def _print_ha_status(addr: str, info: HARuntimeInfo) -> None:
+    """One broker's HA status, line for line as mqadmin haStatus prints it."""
+    if info.master:
+        print(f"\n#MasterAddr\t{addr}\n#MasterCommitLogMaxOffset\t"
+              f"{info.master_commit_log_max_offset}\n#SlaveNum\t{len(info.ha_connection_info)}"
+              f"\n#InSyncSlaveNum\t{info.in_sync_slave_nums}")
+        print(f"{'#SlaveAddr':<32}  {'#SlaveAckOffset':<16} {'#Diff':>16} "
+              f"{'#TransferSpeed(KB/s)':>16} {'#Status':>16} {'#TransferFromWhere':>16}")
+        for c in info.ha_connection_info:
+            status = "OK" if c.in_sync else "Fall Behind"
+            print(f"{c.addr:<32}  {c.slave_ack_offset:<16} {c.diff:>16} "
+                  f"{c.transferred_byte_in_second / 1024:>16.2f} {status:>16} "
+                  f"{c.transfer_from_where:>16}")
+        return
+    client = info.ha_client_runtime_info
+    print(f"\n#MasterAddr\t{_java(client.master_addr)}")
+    print(f"#CommitLogMaxOffset\t{client.max_offset}")
+    print(f"#TransferSpeed(KB/s)\t{client.transferred_byte_in_second / 1024:.2f}")
+    print(f"#LastReadTime\t{_human_millis(client.last_read_timestamp)}")
+    print(f"#LastWriteTime\t{_human_millis(client.last_write_timestamp)}")
+    print(f"#MasterFlushOffset\t{client.master_flush_offset}")
+
+
+async def ha_status(args: argparse.Namespace) -> None:
+    """GET_BROKER_HA_STATUS of one broker (-b) or of every master of a cluster (-c)."""
+    while True:
+        if args.brokerAddr:
+            addrs = [args.brokerAddr.strip()]
+        elif args.clusterName:
+            info = await _cluster_info(args.namesrvAddr)
+            names = info.cluster_addr_table.get(args.clusterName.strip(), ())
+            addrs = sorted(master for name in names
+                           if (broker := info.broker_addr_table.get(name)) is not None
+                           and (master := broker.broker_addrs.get(0)) is not None)
+        else:
+            raise AdminError("give -b brokerAddr or -c clusterName")
+        for addr in addrs:
+            response = await _invoke(addr, "GET_BROKER_HA_STATUS",
+                                     RemotingCommand.request(RequestCode.GET_BROKER_HA_STATUS))
+            _print_ha_status(addr, HARuntimeInfo.decode(response.body))
+        if args.interval is None:
+            return
+        await asyncio.sleep(args.interval)
+
+
 _COMMANDS: Final[dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, None]]]] = {
     "getControllerMetaData": get_controller_metadata,
     "getSyncStateSet": get_sync_state_set,
     "electMaster": elect_master,
     "getBrokerEpoch": get_broker_epoch,
     "clusterList": cluster_list,
+    "haStatus": ha_status,
 }
 
 
@@ -237,6 +292,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("-b", "--brokerName")
     sub.add_argument("-c", "--clusterName")
     add("clusterList", "the brokers registered at the name server")
+    sub = add("haStatus", "a broker's HA runtime status (its slaves, or its master)")
+    sub.add_argument("-b", "--brokerAddr")
+    sub.add_argument("-c", "--clusterName")
+    sub.add_argument("-i", "--interval", type=int, help="repeat every that many seconds")
     return parser
 
 
@@ -245,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         asyncio.run(_COMMANDS[args.command](args))
+    except KeyboardInterrupt:  # haStatus -i runs until interrupted
+        return EXIT_OK
     except AdminError as err:
         print(f"pyrmq-admin {args.command}: {err}", file=sys.stderr)
         return EXIT_FAILURE

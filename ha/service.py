@@ -41,6 +41,7 @@ from ha.sync_state_set import (
     is_acknowledged,
     shrink_sync_state_set,
 )
+from remoting.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -72,49 +73,6 @@ class HAStatus:
     sync_state_set: tuple[int, ...]
     waiting_sends: int
     slaves: tuple[SlaveStatus, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class HAConnectionRuntimeInfo:
-    """One slave connection on a master (RocketMQ's HAConnectionRuntimeInfo): the connection's
-    remote address, the slave's acked offset (-1 before its first ack), `diff` = the master's
-    max offset - that ack, SyncStateSet membership, bytes sent in the last whole second, and
-    the next offset to send (-1 before the first)."""
-
-    addr: str
-    slave_ack_offset: int
-    diff: int
-    in_sync: bool
-    transferred_byte_in_second: int
-    transfer_from_where: int
-
-
-@dataclass(frozen=True, slots=True)
-class HAClientRuntimeInfo:
-    """A slave's view (RocketMQ's HAClientRuntimeInfo): the master's HA address (None without
-    a master), the local max offset, bytes received in the last whole second, wall times of the
-    last read from and write to the master (0 = never). `master_flush_offset` stays 0: pyrmq
-    keeps no such offset (Java's is for syncFromLastFile's first slave start)."""
-
-    master_addr: str | None = None
-    max_offset: int = 0
-    transferred_byte_in_second: int = 0
-    last_read_timestamp: int = 0
-    last_write_timestamp: int = 0
-    master_flush_offset: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HARuntimeInfo:
-    """GET_BROKER_HA_STATUS's answer (RocketMQ's HARuntimeInfo). A master fills the first
-    four fields (`in_sync_slave_nums`: the SyncStateSet less the master, the union while a
-    change is pending); a slave, or a broker without a role yet, only the client info."""
-
-    master: bool = False
-    master_commit_log_max_offset: int = 0
-    in_sync_slave_nums: int = 0
-    ha_connection_info: tuple[HAConnectionRuntimeInfo, ...] = ()
-    ha_client_runtime_info: HAClientRuntimeInfo = HAClientRuntimeInfo()
 
 
 class HARole(enum.Enum):

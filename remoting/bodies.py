@@ -882,6 +882,119 @@ def _sorted_queues(queues: frozenset[MessageQueue]) -> list[MessageQueue]:
     return sorted(queues, key=lambda mq: (mq.topic, mq.broker_name, mq.queue_id))
 
 
+
+# --------------------------------------------------------------------------------------------
+# GET_BROKER_HA_STATUS (907, `mqadmin haStatus`): RocketMQ's HARuntimeInfo (its fields are those of
+# Java's class; the spec lacks this body). The broker's AutoSwitchHAService fills it.
+
+
+@dataclass(frozen=True, slots=True)
+class HAConnectionRuntimeInfo(JSONBody):
+    """One slave connection on a master (RocketMQ's HAConnectionRuntimeInfo): the connection's
+    remote address, the slave's acked offset (-1 before its first ack), `diff` = the master's
+    max offset - that ack, SyncStateSet membership, bytes sent in the last whole second, and
+    the next offset to send (-1 before the first)."""
+
+    addr: str
+    slave_ack_offset: int
+    diff: int
+    in_sync: bool
+    transferred_byte_in_second: int
+    transfer_from_where: int
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "addr": self.addr, "diff": self.diff, "inSync": self.in_sync,
+            "slaveAckOffset": self.slave_ack_offset,
+            "transferFromWhere": self.transfer_from_where,
+            "transferredByteInSecond": self.transferred_byte_in_second,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> HAConnectionRuntimeInfo:
+        obj = _as_object(value, path)
+        return cls(
+            _get(obj, "addr", path, _as_str, ""),
+            _get(obj, "slaveAckOffset", path, _as_long, 0),
+            _get(obj, "diff", path, _as_long, 0),
+            _get(obj, "inSync", path, _as_bool, False),
+            _get(obj, "transferredByteInSecond", path, _as_long, 0),
+            _get(obj, "transferFromWhere", path, _as_long, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HAClientRuntimeInfo(JSONBody):
+    """A slave's view (RocketMQ's HAClientRuntimeInfo): the master's HA address (None without
+    a master), the local max offset, bytes received in the last whole second, wall times of the
+    last read from and write to the master (0 = never). `master_flush_offset` stays 0 on pyrmq:
+    it keeps no such offset (Java's is for syncFromLastFile's first slave start)."""
+
+    master_addr: str | None = None
+    max_offset: int = 0
+    transferred_byte_in_second: int = 0
+    last_read_timestamp: int = 0
+    last_write_timestamp: int = 0
+    master_flush_offset: int = 0
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "lastReadTimestamp": self.last_read_timestamp,
+            "lastWriteTimestamp": self.last_write_timestamp,
+            "masterAddr": self.master_addr,
+            "masterFlushOffset": self.master_flush_offset,
+            "maxOffset": self.max_offset,
+            "transferredByteInSecond": self.transferred_byte_in_second,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> HAClientRuntimeInfo:
+        obj = _as_object(value, path)
+        master_addr = obj.get("masterAddr")
+        return cls(
+            None if master_addr is None else _as_str(master_addr, f"{path}.masterAddr"),
+            _get(obj, "maxOffset", path, _as_long, 0),
+            _get(obj, "transferredByteInSecond", path, _as_long, 0),
+            _get(obj, "lastReadTimestamp", path, _as_long, 0),
+            _get(obj, "lastWriteTimestamp", path, _as_long, 0),
+            _get(obj, "masterFlushOffset", path, _as_long, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HARuntimeInfo(JSONBody):
+    """GET_BROKER_HA_STATUS's answer (RocketMQ's HARuntimeInfo). A master fills the first
+    four fields (`in_sync_slave_nums`: the SyncStateSet less the master, the union while a
+    change is pending); a slave, or a broker without a role yet, only the client info."""
+
+    master: bool = False
+    master_commit_log_max_offset: int = 0
+    in_sync_slave_nums: int = 0
+    ha_connection_info: tuple[HAConnectionRuntimeInfo, ...] = ()
+    ha_client_runtime_info: HAClientRuntimeInfo = field(default_factory=HAClientRuntimeInfo)
+
+    def to_json_value(self) -> dict[str, JSONValue]:
+        return {
+            "haClientRuntimeInfo": self.ha_client_runtime_info.to_json_value(),
+            "haConnectionInfo": [c.to_json_value() for c in self.ha_connection_info],
+            "inSyncSlaveNums": self.in_sync_slave_nums,
+            "master": self.master,
+            "masterCommitLogMaxOffset": self.master_commit_log_max_offset,
+        }
+
+    @classmethod
+    def from_json_value(cls, value: JSONValue, path: str) -> HARuntimeInfo:
+        obj = _as_object(value, path)
+        return cls(
+            _get(obj, "master", path, _as_bool, False),
+            _get(obj, "masterCommitLogMaxOffset", path, _as_long, 0),
+            _get(obj, "inSyncSlaveNums", path, _as_int, 0),
+            _get(obj, "haConnectionInfo", path,
+                 _tuple_of(HAConnectionRuntimeInfo.from_json_value), ()),
+            _get(obj, "haClientRuntimeInfo", path, HAClientRuntimeInfo.from_json_value,
+                 HAClientRuntimeInfo()),
+        )
+
 __all__ = [
     "PERM_INHERIT",
     "PERM_PRIORITY",
@@ -894,6 +1007,9 @@ __all__ = [
     "ConsumerData",
     "ConsumerListBody",
     "DataVersion",
+    "HAClientRuntimeInfo",
+    "HAConnectionRuntimeInfo",
+    "HARuntimeInfo",
     "HeartbeatData",
     "JSONBody",
     "KVTable",

@@ -28,7 +28,7 @@ is 0.0: pyrmq keeps no per-topic TPS yet). The second answers 17 for an unknown 
 omits: the same bytes).
 
 GET_BROKER_HA_STATUS (`mqadmin haStatus`) answers RocketMQ's `HARuntimeInfo` as JSON (the spec
-lacks this body; its fields are those of Java's class, see `encode_ha_runtime_info`), from
+lacks this body; its fields are those of Java's class, see `remoting.bodies.HARuntimeInfo`), from
 `AutoSwitchHAService.runtime_info`. A broker without controller mode has no HA service: it
 answers as Java's DefaultHAService does for a master with no slave.
 """
@@ -50,8 +50,7 @@ from broker.slave_synchronize import decode_data_version, page_bounds
 from broker.subscription_groups import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager, validate_topic
 from controller.messages import EpochEntryCache
-from ha.service import HARuntimeInfo
-from remoting.bodies import DataVersion, KVTable, TopicConfig, TopicFilterType
+from remoting.bodies import DataVersion, HARuntimeInfo, KVTable, TopicConfig, TopicFilterType
 from remoting.codes import PYRMQ_VERSION, PYRMQ_VERSION_DESC, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
@@ -118,32 +117,6 @@ def encode_topic_stats_table(
     )
     tps = dump_fastjson(float(topic_put_tps))
     return f'{{"offsetTable":{{{entries}}},"topicPutTps":{tps}}}'.encode()
-
-
-def encode_ha_runtime_info(info: HARuntimeInfo) -> bytes:
-    """HARuntimeInfo as fastjson writes it (fields in name order; Java's getters' names)."""
-    client = info.ha_client_runtime_info
-    return dump_fastjson({
-        "haClientRuntimeInfo": {
-            "lastReadTimestamp": client.last_read_timestamp,
-            "lastWriteTimestamp": client.last_write_timestamp,
-            "masterAddr": client.master_addr,
-            "masterFlushOffset": client.master_flush_offset,
-            "maxOffset": client.max_offset,
-            "transferredByteInSecond": client.transferred_byte_in_second,
-        },
-        "haConnectionInfo": [
-            {
-                "addr": c.addr, "diff": c.diff, "inSync": c.in_sync,
-                "slaveAckOffset": c.slave_ack_offset, "transferFromWhere": c.transfer_from_where,
-                "transferredByteInSecond": c.transferred_byte_in_second,
-            }
-            for c in info.ha_connection_info
-        ],
-        "inSyncSlaveNums": info.in_sync_slave_nums,
-        "master": info.master,
-        "masterCommitLogMaxOffset": info.master_commit_log_max_offset,
-    }).encode("utf-8")
 
 
 def parse_attributes(text: str | None) -> dict[str, str]:
@@ -392,7 +365,7 @@ class AdminProcessor:
         else:
             info = HARuntimeInfo(master=True,
                                  master_commit_log_max_offset=self._store.max_phy_offset)
-        return request.make_response(ResponseCode.SUCCESS, body=encode_ha_runtime_info(info))
+        return request.make_response(ResponseCode.SUCCESS, body=info.encode())
 
     async def get_broker_epoch_cache(
         self, connection: RemotingConnection, request: RemotingCommand

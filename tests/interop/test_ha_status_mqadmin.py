@@ -6,13 +6,18 @@ test_ha_processes.py), 200 messages sent through the master (each acked by the s
 - on the master, haStatus prints its commitlog max offset, one slave, one in-sync slave, and the
   slave's row: its address, acked offset = max offset, diff 0, status OK;
 - on the slave, it prints the master's HA address and the slave's own max offset (the same);
+- `pyrmq-admin haStatus` prints the same lines as mqadmin for both (only the transfer speed and
+  the slave's read/write times, which move, may differ in value, not in form);
 - GET_BROKER_EPOCH_CACHE (1007, `mqadmin getBrokerEpoch`) answers each broker's epoch cache: the
   master as role id 0, the slave as its controller id, both with the master's one open epoch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +39,42 @@ pytestmark = pytest.mark.interop
 def env(tmp_path: Path) -> Iterator[PyrmqEnv]:
     with PyrmqEnv(tmp_path / "pyrmq") as made:
         yield made
+
+
+def _ha_lines(out: str) -> list[str]:
+    """haStatus's own lines (mqadmin's JVM may print others)."""
+    return [line for line in out.splitlines() if line.startswith(("#", "127.0.0.1:"))]
+
+
+async def _pyrmq_admin_ha_status(addr: str) -> str:
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "controller.admin", "haStatus", "-b", addr],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _same_but_moving(ours: list[str], theirs: list[str]) -> None:
+    """Equal line for line, except the values that move between two calls: a row's transfer
+    speed (its 4th column) and the slave's speed and read/write times (same form)."""
+    assert ours, "pyrmq-admin printed no haStatus line"
+    assert len(ours) == len(theirs), (ours, theirs)
+    moving = ("#TransferSpeed(KB/s)\t", "#LastReadTime\t", "#LastWriteTime\t")
+    for mine, java in zip(ours, theirs, strict=True):
+        if mine.startswith(moving):
+            name, value = mine.split("\t")
+            assert java.startswith(f"{name}\t"), (mine, java)
+            form = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}" if "Time" in name \
+                else r"\d+\.\d{2}"
+            assert re.fullmatch(form, value), mine
+            assert re.fullmatch(form, java.split("\t")[1]), java
+        elif mine.startswith("127.0.0.1:"):
+            mine_columns, java_columns = mine.split(), java.split()
+            del mine_columns[3], java_columns[3]
+            assert mine_columns == java_columns, (mine, java)
+            assert len(mine) == len(java), (mine, java)  # the same fixed widths
+        else:
+            assert mine == java
 
 
 def _field(out: str, name: str) -> str:
@@ -76,6 +117,11 @@ async def test_mqadmin_ha_status_on_a_pyrmq_master_and_slave(env: PyrmqEnv,
     assert float(_field(out, "TransferSpeed(KB/s)")) >= 0.0, out
     assert re.match(r"\d{4}-\d{2}-\d{2} ", _field(out, "LastReadTime")), out
     assert _field(out, "MasterFlushOffset") == "0", out
+    slave_out = out
+    master_out = java_env.mqadmin(namesrv.addr, "haStatus", "-b", master.addr).stdout
+    for process, java_out in ((master, master_out), (slave, slave_out)):
+        _same_but_moving(_ha_lines(await _pyrmq_admin_ha_status(process.addr)),
+                         _ha_lines(java_out))
     for process, role_id in ((master, 0), (slave, 2)):
         host, port = process.addr.rsplit(":", 1)
         client = await RemotingClient.connect(host, int(port))

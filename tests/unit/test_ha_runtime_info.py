@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from broker.processors.admin import encode_ha_runtime_info
 from ha.flow import FlowMeter
-from ha.service import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
+from remoting.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 
 
 @pytest.mark.parametrize(("adds", "at_ms", "rate"), [
@@ -35,7 +34,7 @@ def test_master_runtime_info_golden_json() -> None:
             addr="127.0.0.1:40001", slave_ack_offset=1000, diff=24, in_sync=True,
             transferred_byte_in_second=2048, transfer_from_where=1024),),
     )
-    assert encode_ha_runtime_info(info) == (
+    assert info.encode() == (
         b'{"haClientRuntimeInfo":{"lastReadTimestamp":0,"lastWriteTimestamp":0,'
         b'"masterAddr":null,"masterFlushOffset":0,"maxOffset":0,"transferredByteInSecond":0},'
         b'"haConnectionInfo":[{"addr":"127.0.0.1:40001","diff":24,"inSync":true,'
@@ -48,7 +47,7 @@ def test_slave_runtime_info_carries_the_client_view() -> None:
     info = HARuntimeInfo(ha_client_runtime_info=HAClientRuntimeInfo(
         master_addr="127.0.0.1:10912", max_offset=77, transferred_byte_in_second=5,
         last_read_timestamp=1_700_000_000_001, last_write_timestamp=1_700_000_000_002))
-    decoded = json.loads(encode_ha_runtime_info(info))
+    decoded = json.loads(info.encode())
     assert decoded["master"] is False
     assert decoded["haConnectionInfo"] == []
     assert decoded["haClientRuntimeInfo"] == {
@@ -56,3 +55,20 @@ def test_slave_runtime_info_carries_the_client_view() -> None:
         "masterAddr": "127.0.0.1:10912", "masterFlushOffset": 0, "maxOffset": 77,
         "transferredByteInSecond": 5,
     }
+
+
+def test_runtime_info_decodes_back_and_reads_javas_nulls() -> None:
+    """What pyrmq-admin haStatus reads: pyrmq's own answer decodes to the same value, and a
+    Java broker's slave answer with no master yet (masterAddr null) reads as None."""
+    info = HARuntimeInfo(
+        master=True, master_commit_log_max_offset=4096, in_sync_slave_nums=2,
+        ha_connection_info=(
+            HAConnectionRuntimeInfo("127.0.0.1:1", 4000, 96, True, 10, 4096),
+            HAConnectionRuntimeInfo("127.0.0.1:2", -1, 4097, False, 0, -1),
+        ),
+    )
+    assert HARuntimeInfo.decode(info.encode()) == info
+    slave = HARuntimeInfo.decode(
+        b'{"haClientRuntimeInfo":{"masterAddr":null,"maxOffset":12},"haConnectionInfo":[],'
+        b'"master":false}')
+    assert slave == HARuntimeInfo(ha_client_runtime_info=HAClientRuntimeInfo(max_offset=12))
