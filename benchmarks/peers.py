@@ -52,7 +52,11 @@ class BenchmarkSetupError(Exception):
 
 def process_cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds of a process (all its threads), from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+
+
+def _stat_cpu_seconds(stat: str) -> float:
+    """utime + stime of a /proc/<pid>/stat line, in seconds."""
     # Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
@@ -77,9 +81,8 @@ def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
             stat = (entry / "stat").read_text()
         except OSError:  # gone meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        found[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S)
+        found[int(entry.name)] = (name, _stat_cpu_seconds(stat))
     return found
 
 

@@ -539,13 +539,23 @@ class MessageStore:
         sys_flag: int, born_timestamp: int, born_host: HostPort, store_host: HostPort,
         reconsume_times: int,
     ) -> AppendResult:
-        return self.append_message(prepare_message(
+        return self.append_message(self._prepare_fields(
+            topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+            store_host, reconsume_times))
+
+    def _prepare_fields(
+        self, topic: str, queue_id: int, flag: int, body: bytes, properties: bytes,
+        sys_flag: int, born_timestamp: int, born_host: HostPort, store_host: HostPort,
+        reconsume_times: int,
+    ) -> EncodedMessage:
+        """`prepare_message` of one message's fields with the store's own limits."""
+        return prepare_message(
             topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
             sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
             store_host=store_host, reconsume_times=reconsume_times,
             append_prop_crc=self.config.enabled_append_prop_crc,
             max_message_size=self.config.max_message_size,
-        ))
+        )
 
     def append_batch(self, batch: EncodedBatch) -> AppendResult:
         """Append a batch's records contiguously with consecutive queue offsets.
@@ -672,13 +682,9 @@ class MessageStore:
             or self.commitlog.file_needed_for(size_max) is not None
             or queue.file_needed_for(self._queue_offsets.get(key, 0)) is not None
         ):
-            return await self.put_message(prepare_message(
-                topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
-                sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
-                store_host=store_host, reconsume_times=reconsume_times,
-                append_prop_crc=self.config.enabled_append_prop_crc,
-                max_message_size=self.config.max_message_size,
-            ))
+            return await self.put_message(self._prepare_fields(
+                topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                store_host, reconsume_times))
         result = self.append_message_fields(
             topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
             store_host, reconsume_times)
