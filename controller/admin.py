@@ -41,7 +41,7 @@ from remoting.bodies import ClusterInfo, HARuntimeInfo
 from remoting.client import invoke_once, split_host_port
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.errors import RemotingError
+from remoting.errors import BodyDecodeError, RemotingError
 
 TIMEOUT_MS: Final = 5_000
 EXIT_OK: Final = 0
@@ -308,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except AdminError as err:
         print(f"pyrmq-admin {args.command}: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BodyDecodeError as err:  # an answer that is not the body the request asked for
+        print(f"pyrmq-admin {args.command}: the answer's body does not decode: {err}",
+              file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
 

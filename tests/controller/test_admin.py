@@ -10,6 +10,9 @@ from pathlib import Path
 
 from remoting.client import RemotingClient
 from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
+from remoting.server import RemotingServer
 from tests.controller.test_controller_server import (
     addr_of,
     close_all,
@@ -96,4 +99,21 @@ async def test_unreachable_controller_is_one_line(tmp_path: Path) -> None:
     result = await admin("getControllerMetaData", "-a", "127.0.0.1:1")
     assert result.returncode == 1
     assert result.stderr.startswith("pyrmq-admin getControllerMetaData: ")
+    assert len(result.stderr.splitlines()) == 1
+
+
+async def test_an_undecodable_answer_is_one_line() -> None:
+    """A broker (or anything on that port) answering SUCCESS with a body that is not
+    HARuntimeInfo: one line naming the command, status 1, no traceback."""
+
+    async def answer(_connection: RemotingConnection, request: RemotingCommand) \
+            -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=b"[1, 2")
+
+    async with RemotingServer(answer, name="garbage") as server:
+        await server.start("127.0.0.1")
+        host, port = server.address
+        result = await admin("haStatus", "-b", f"{host}:{port}")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("pyrmq-admin haStatus: the answer's body does not decode")
     assert len(result.stderr.splitlines()) == 1
