@@ -23,8 +23,11 @@ What is measured (printed, never asserted: single-digit samples on a shared 2-co
     for the next trial.
   Every trial reuses the group: the next waits until the controller's SyncStateSet holds all
   three again and the master answers a send (a member still out of the set after HEAL_AFTER_S
-  is restarted on its store, printed). PYRMQ_FAILOVER_TRIALS sets the trials of each
-  (default 3 tuned and 1 with default timings, for CI time; the issue's figure is 10).
+  is restarted on its store, printed). Trials of each fault: pyrmq 10 (TRIALS, the issue's
+  figure; PYRMQ_FAILOVER_TRIALS sets it), Java 3 (PEER_TRIALS; PYRMQ_FAILOVER_PEER_TRIALS):
+  a Java trial costs CI 10-60 s against pyrmq's 0.5-3 s (its boot after each kill, and a
+  resumed Java master that does not rejoin by itself), and ten of each would put CI some eight
+  minutes over its 30-minute budget.
 - replicated produce on the fresh default-timing group (SyncStateSet of three): the Java
   LoadGen of benchmarks/test_broker_throughput.py (16 threads sharing one producer, sync sends of
   1 KiB, 8 queues) against the master: msgs/s and p99, ratio pyrmq/Java (goal >= 1.0). Those
@@ -34,20 +37,26 @@ What is measured (printed, never asserted: single-digit samples on a shared 2-co
   refused 200 of 532 sends with "master lease expired" as its heartbeats came back late (M17
   doing what it should; not a throughput figure).
 
-Order per group: produce, SIGSTOP trials, kill -9 trials (the restarts of Java brokers cost
-most). Each group runs alone: the pyrmq group is stopped before the Java group starts; per-trial
-lines are printed as they come.
+Order. Tuned timings: the pyrmq group alone (SIGSTOP trials, then kill -9 trials: the restarts
+of Java brokers cost most), stopped, then the Java group alone; per-trial lines are printed as
+they come. Default timings: the Java group produces alone, then the pyrmq group (the Java group
+idle beside it: a handicap for pyrmq, if any), then both groups' SIGSTOP trials run at the same
+time, each on its own thread. A default-timing failover is the 10 s heartbeat timeout plus up
+to a 5 s scan period: milliseconds of CPU contention are lost in that, while ten sequential
+trials of each group would cost CI some six minutes more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -75,12 +84,14 @@ from tests.interop.harness import JavaEnv, _write_properties
 from tests.interop.network import free_port, port_accepts
 from tests.interop.pyrmq_env import PyrmqEnv
 
-_TRIALS_SET = os.environ.get("PYRMQ_FAILOVER_TRIALS")
-TRIALS: Final = int(_TRIALS_SET or "3")
-DEFAULT_TIMING_TRIALS: Final = int(_TRIALS_SET or "1")
+TRIALS: Final = int(os.environ.get("PYRMQ_FAILOVER_TRIALS", "10"))
+# Draws the moments of the SIGSTOPs (printed; PYRMQ_SEED replays them).
+SEED: Final = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
+PEER_TRIALS: Final = int(os.environ.get("PYRMQ_FAILOVER_PEER_TRIALS", "3"))
 SETTLE_TIMEOUT_S: Final = 120.0
 HEAL_AFTER_S: Final = 30.0  # pyrmq settles within seconds; see settled_master
-REJOIN_TIMEOUT_S: Final = 15.0  # pyrmq rejoins in 1-2 s; a resumed Java master did not in 60 s
+# pyrmq rejoins in 0.1-1 s; a resumed Java 5.5.0 master in 1.3-6 s when it does (often not).
+REJOIN_TIMEOUT_S: Final = 10.0
 PROBE_INTERVAL_S: Final = 0.02
 PROBE_TIMEOUT_MS: Final = 1000
 RESUMED_PROBES: Final = 10  # queued on the stopped master's socket, then as many after SIGCONT
@@ -92,7 +103,7 @@ COMMITLOG_FILE_BYTES: Final = 64 * 1024 * 1024  # the Java harness's default, fo
 
 # The module fixture runs both tuned groups inside the first test; Java broker restarts took
 # 45-75 s each on the shared machine (load average 15-22). A safety net, not a measurement.
-pytestmark = [pytest.mark.interop, pytest.mark.timeout(900 + 180 * TRIALS)]
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(900 + 20 * TRIALS + 120 * PEER_TRIALS)]
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,7 @@ class Group:
     controller: str
     namesrv: str
     members: list[Member]
+    timings: Timings
 
 
 @dataclass
@@ -272,10 +284,17 @@ async def resume(master: Member, acked: list[tuple[bytes, int]]) -> list[object]
 
 
 async def sigstop_trials(group: Group, count: int, resumed: Resumed, name: str) -> list[float]:
+    """Each stop comes at a random moment of the controller's scan period (SEED: the same
+    moments for both groups). A trial begins when the previous one has settled, at much the
+    same point of the scan every time: without this, one group's ten trials were 13.05-13.07 s
+    and the other's mostly 13.9-14.9 s, the phase measured rather than the failover."""
     times: list[float] = []
+    scan_s = group.timings.controller["scanNotActiveBrokerInterval"] / 1000
+    phases = random.Random(SEED)
     for trial in range(count):
         master = await settled_master(group, name)
         others = [m for m in group.members if m is not master]
+        await asyncio.sleep(phases.uniform(0, scan_s))
         os.kill(master.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         acked: list[tuple[bytes, int]] = []
@@ -316,7 +335,7 @@ def pyrmq_group(env: PyrmqEnv, base: Path, timings: Timings) -> Group:
         return Member(process.addr, process.pid, process.alive, process.kill,
                       lambda: start(name, process.store_dir, process.port))
 
-    return Group(controller.addr, controller.addr, [start(f"b{i}") for i in (1, 2, 3)])
+    return Group(controller.addr, controller.addr, [start(f"b{i}") for i in (1, 2, 3)], timings)
 
 
 def java_controller(env: JavaEnv, work_dir: Path, timings: Timings) -> str:
@@ -359,7 +378,7 @@ def java_group(env: JavaEnv, base: Path, timings: Timings, *, tuned_jvm: bool) -
         return Member(server.addr, server.process.pid, server.process.alive,
                       server.process.kill, lambda: start(name, server.store_dir, port_now))
 
-    return Group(controller, namesrv.addr, [start(f"b{i}") for i in (1, 2, 3)])
+    return Group(controller, namesrv.addr, [start(f"b{i}") for i in (1, 2, 3)], timings)
 
 
 def produce(java: JavaEnv, group: Group, name: str) -> Run:
@@ -381,7 +400,8 @@ def produce(java: JavaEnv, group: Group, name: str) -> Run:
 
 @dataclass
 class Figures:
-    """One group's figures; `seconds` is the wall time of its whole run (start to stop)."""
+    """One group's figures; `seconds` is the wall time of its run, start to stop (default
+    timings: of both groups' run together)."""
 
     kill: list[float]
     stop: list[float]
@@ -390,36 +410,66 @@ class Figures:
     seconds: float
 
 
-def measure(group: Group, java: JavaEnv, name: str, *, kills: int, stops: int,
-            with_produce: bool) -> tuple[list[float], list[float], Resumed, Run | None]:
-    """Produce on the fresh group, SIGSTOP trials, then kill -9 trials (restarts cost most)."""
-    produced = produce(java, group, name) if with_produce else None
-    if produced is not None:
-        print(f"{name}: produce {produced.describe(name, 'master')}", flush=True)
+def measure(group: Group, name: str, *, kills: int, stops: int
+            ) -> tuple[list[float], list[float], Resumed]:
+    """SIGSTOP trials, then kill -9 trials (the restarts cost most)."""
     resumed = Resumed()
     stopped = asyncio.run(sigstop_trials(group, stops, resumed, name))
     killed = asyncio.run(kill_trials(group, kills, name))
-    return killed, stopped, resumed, produced
+    return killed, stopped, resumed
 
 
-def run_both(base: Path, timings: Timings, *, kills: int, stops: int, with_produce: bool
-             ) -> tuple[Figures, Figures]:
-    """The pyrmq group, stopped, then the Java group, each measured alone. With produce, the
-    Java brokers run G1 and C2 with a 1 GiB heap (as in benchmarks/test_broker_throughput.py);
-    otherwise the harness's quick-start JVM (serial GC, C1)."""
+def run_tuned(base: Path) -> tuple[Figures, Figures]:
+    """TUNED: the pyrmq group, stopped, then the Java group (the harness's quick-start JVM:
+    serial GC, C1), each measured alone."""
     with JavaEnv.of_version(NEWEST, base / "java") as java:
         started = time.monotonic()
         with PyrmqEnv(base / "pyrmq") as env:
-            group = pyrmq_group(env, base / "pyrmq", timings)
-            ours = Figures(*measure(group, java, "pyrmq", kills=kills, stops=stops,
-                                    with_produce=with_produce), seconds=0.0)
+            group = pyrmq_group(env, base / "pyrmq", TUNED)
+            ours = Figures(*measure(group, "pyrmq", kills=TRIALS, stops=TRIALS), produce=None,
+                           seconds=0.0)
         ours.seconds = time.monotonic() - started
         started = time.monotonic()
-        group = java_group(java, base / "java", timings, tuned_jvm=with_produce)
-        theirs = Figures(*measure(group, java, "java", kills=kills, stops=stops,
-                                  with_produce=with_produce), seconds=0.0)
+        group = java_group(java, base / "java", TUNED, tuned_jvm=False)
+        theirs = Figures(*measure(group, "java", kills=PEER_TRIALS, stops=PEER_TRIALS),
+                         produce=None, seconds=0.0)
     theirs.seconds = time.monotonic() - started
     return ours, theirs
+
+
+def sigstop_side_by_side(groups: Sequence[tuple[Group, str, int]]
+                         ) -> list[tuple[list[float], Resumed]]:
+    """The SIGSTOP trials of each (group, name, trials), each on a thread of its own, all at the
+    same time. The threads live until every group is done: a broker restarted on one dies with
+    it (PR_SET_PDEATHSIG)."""
+
+    def trials_of(group: Group, name: str, count: int) -> tuple[list[float], Resumed]:
+        resumed = Resumed()
+        return asyncio.run(sigstop_trials(group, count, resumed, name)), resumed
+
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        running = [pool.submit(trials_of, *group) for group in groups]
+        return [future.result() for future in running]
+
+
+def run_default(base: Path) -> tuple[Figures, Figures]:
+    """DEFAULT: the Java group (G1 and C2 with a 1 GiB heap, as in
+    benchmarks/test_broker_throughput.py) produces alone, then the pyrmq group beside the idle
+    Java group; then both groups' SIGSTOP trials side by side."""
+    started = time.monotonic()
+    with JavaEnv.of_version(NEWEST, base / "java") as java:
+        java_side = java_group(java, base / "java", DEFAULT, tuned_jvm=True)
+        theirs_produced = produce(java, java_side, "java")
+        print(f"java: produce {theirs_produced.describe('java', 'master')}", flush=True)
+        with PyrmqEnv(base / "pyrmq") as env:
+            our_side = pyrmq_group(env, base / "pyrmq", DEFAULT)
+            ours_produced = produce(java, our_side, "pyrmq")
+            print(f"pyrmq: produce {ours_produced.describe('pyrmq', 'master')}", flush=True)
+            (our_stops, our_resumed), (their_stops, their_resumed) = sigstop_side_by_side(
+                [(our_side, "pyrmq", TRIALS), (java_side, "java", PEER_TRIALS)])
+    seconds = time.monotonic() - started
+    return (Figures([], our_stops, our_resumed, ours_produced, seconds),
+            Figures([], their_stops, their_resumed, theirs_produced, seconds))
 
 
 def describe(times: list[float]) -> str:
@@ -438,6 +488,8 @@ def record_failover(what: str, ours: list[float], theirs: list[float]) -> None:
 
 def record_sigstop(what: str, ours: Figures, theirs: Figures) -> None:
     record_failover(what, ours.stop, theirs.stop)
+    record(f"    each stop at a random moment of the scan period, the same moments for both groups "
+           f"(PYRMQ_SEED={SEED} replays them)")
     record(f"    pyrmq: {ours.resumed.describe()}")
     record(f"    RocketMQ {NEWEST}: {theirs.resumed.describe()}")
     # M17: the lease ran out while it was stopped; a definite refusal, never a SUCCESS.
@@ -445,28 +497,22 @@ def record_sigstop(what: str, ours: Figures, theirs: Figures) -> None:
     assert ours.resumed.lost == 0
 
 
-def record_cost(timings: Timings, trials: str, ours: Figures, theirs: Figures) -> None:
-    record(f"controller-mode groups, {timings.name}, {trials}: wall time pyrmq "
-           f"{ours.seconds:.0f} s, RocketMQ {NEWEST} {theirs.seconds:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Figures, Figures]:
     """Both groups with TUNED timings: SIGSTOP trials, then kill -9 trials."""
-    ours, theirs = run_both(tmp_path_factory.mktemp("failover-tuned"), TUNED, kills=TRIALS,
-                            stops=TRIALS, with_produce=False)
-    record_cost(TUNED, f"{TRIALS} SIGSTOP + {TRIALS} kill -9 trials each (PYRMQ_FAILOVER_TRIALS; "
-                "the issue's figure is 10)", ours, theirs)
+    ours, theirs = run_tuned(tmp_path_factory.mktemp("failover-tuned"))
+    record(f"controller-mode groups, {TUNED.name}, SIGSTOP and kill -9 trials: {TRIALS} each "
+           f"in {ours.seconds:.0f} s for pyrmq, {PEER_TRIALS} each in {theirs.seconds:.0f} s "
+           f"for RocketMQ {NEWEST}")
     return ours, theirs
 
 
 @pytest.fixture(scope="module")
 def default_timings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Figures, Figures]:
-    """Both groups with DEFAULT timings: replicated produce, then SIGSTOP trials."""
-    ours, theirs = run_both(tmp_path_factory.mktemp("failover-default"), DEFAULT, kills=0,
-                            stops=DEFAULT_TIMING_TRIALS, with_produce=True)
-    record_cost(DEFAULT, f"produce + {DEFAULT_TIMING_TRIALS} SIGSTOP trial(s) each (1 unless "
-                "PYRMQ_FAILOVER_TRIALS is set, for CI time)", ours, theirs)
+    """Both groups with DEFAULT timings: replicated produce, then SIGSTOP trials side by side."""
+    ours, theirs = run_default(tmp_path_factory.mktemp("failover-default"))
+    record(f"controller-mode groups, {DEFAULT.name}: produce each, then SIGSTOP trials ({TRIALS} "
+           f"pyrmq, {PEER_TRIALS} RocketMQ {NEWEST}) side by side, {ours.seconds:.0f} s")
     return ours, theirs
 
 

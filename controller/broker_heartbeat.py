@@ -116,6 +116,12 @@ class BrokerHeartbeatManager:
             if key[0] == cluster_name and key[1] == broker_name and info.alive(now_ms)
         }
 
+    def next_expiry_ms(self) -> int | None:
+        """When the first live record expires (its last heartbeat plus its timeout), or None
+        with no live record."""
+        return min((info.last_update_ms + info.heartbeat_timeout_ms
+                    for info in self._live.values()), default=None)
+
     def scan_not_active(self, *, now_ms: int) -> list[tuple[BrokerKey, BrokerLiveInfo]]:
         """Drop and return every record whose timeout has passed (the shell closes their
         channels and raises "inactive" for each)."""

@@ -26,8 +26,10 @@ name-server codes (one address is both `namesrvAddr` and `controllerAddr`), and,
 `inactiveMasterScanDelay` keeps the inactive-master scan from running that long after start:
 the live-broker table starts empty, and a slave whose first heartbeat beats the master's must
 not make the controller replace a healthy master. Its event log
-lives in `controllerStorePath`. `scanNotActiveBrokerInterval` paces both the name server's and
-the controller's expiry scans. `pyrmqAdminAllowlist` restricts the operator's requests
+lives in `controllerStorePath`. `scanNotActiveBrokerInterval` paces the name server's expiry scan;
+the controller checks its heartbeat table when the first record expires (a hung master is
+found at its heartbeat timeout, not up to one scan later as in Java), waiting at most that
+interval. `pyrmqAdminAllowlist` restricts the operator's requests
 (controller/admin_allowlist.py) to the clients it names.
 
 Values are trimmed (Java trims only strings; a number with a trailing blank is silently ignored

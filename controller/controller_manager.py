@@ -116,6 +116,9 @@ class ControllerManager:
         self._event_log: EventLog | None = None
         self._stopping = False
         self._electing: set[str] = set()
+        # Set when a heartbeat may have moved the table's first expiry earlier (a new live
+        # record, or a shorter timeout): the server's expiry wait starts over.
+        self.expiry_moved = asyncio.Event()
 
     def open(self) -> int:
         """Open the event log under `controllerStorePath` and replay it; returns the number of
@@ -156,6 +159,10 @@ class ControllerManager:
     def on_channel_close(self, channel: ChannelId) -> None:
         """A connection closed: its brokers are inactive now (elect at once if one was master)."""
         self._on_inactive(self.heartbeats.on_channel_close(channel), reason="channel closed")
+
+    def next_heartbeat_expiry_ms(self) -> int | None:
+        """When the first live broker's heartbeat expires (None: no live broker)."""
+        return self.heartbeats.next_expiry_ms()
 
     def scan_not_active_broker(self) -> list[tuple[BrokerKey, BrokerLiveInfo]]:
         """Drop expired brokers (the caller closes their channels); elect for expired masters."""
@@ -431,6 +438,10 @@ class ControllerManager:
                 else header.election_priority
             ),
         )
+        before = self.heartbeats.get(
+            (heartbeat.cluster_name, heartbeat.broker_name, heartbeat.broker_id))
+        if before is None or heartbeat.heartbeat_timeout_ms < before.heartbeat_timeout_ms:
+            self.expiry_moved.set()
         if self.heartbeats.on_broker_heartbeat(heartbeat, channel=channel, now_ms=self._clock_ms()):
             log.info(
                 "broker alive cluster=%s broker_name=%s broker_id=%d addr=%s timeout_ms=%d",

@@ -9,8 +9,9 @@ address is both `namesrvAddr` and `controllerAddr`; `controllerListenPort`, if s
 second server for the controller codes alone. Every other code gets
 REQUEST_CODE_NOT_SUPPORTED (3).
 
-`run()` owns one TaskGroup holding the expiry scan (every `scanNotActiveBrokerInterval`), the
-controller's inactive-master scan, the role-change pushes and elections, and one watcher per
+`run()` owns one TaskGroup holding the name server's expiry scan (every
+`scanNotActiveBrokerInterval`), the controller's heartbeat expiry (when the first record
+expires), its inactive-master scan, the role-change pushes and elections, and one watcher per
 connection a broker registered or heartbeated on, which tells the route tables and the
 controller when that connection closes (RocketMQ's `BrokerHousekeepingService`).
 
@@ -25,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -166,6 +168,7 @@ class ControllerServer:
             try:
                 self._spawn(self._scan_not_active_broker_loop())
                 if self._controller is not None:
+                    self._spawn(self._expire_heartbeats_loop())
                     self._spawn(self._scan_inactive_master_loop())
                 self._started.set()
                 await self._stopping.wait()
@@ -211,11 +214,28 @@ class ControllerServer:
                 connection = self._connections.get(live_info.channel)
                 if connection is not None:
                     connection.close()  # as Java does; its watcher then finds nothing left
-            if self._controller is not None:
-                for _, info in self._controller.scan_not_active_broker():
-                    connection = self._connections.get(info.channel)
-                    if connection is not None:
-                        connection.close()
+
+    async def _expire_heartbeats_loop(self) -> None:
+        """The controller's heartbeat table, checked when its first record expires rather than
+        at Java's fixed scan: a hung master (SIGSTOP: no connection closes) is found
+        `controllerHeartBeatTimeoutMills` after its last heartbeat, not up to one more
+        `scanNotActiveBrokerInterval` later (5 s by default). That interval still bounds each
+        wait, and a new record (or a shorter timeout) starts the wait over."""
+        controller = self._controller
+        assert controller is not None
+        interval_ms = self._config.scan_not_active_broker_interval_ms
+        while True:
+            controller.expiry_moved.clear()
+            expiry_ms = controller.next_heartbeat_expiry_ms()
+            wait_ms = interval_ms if expiry_ms is None else min(
+                interval_ms, max(expiry_ms + 1 - self._clock_ms(), 1))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_ms / 1000):
+                    await controller.expiry_moved.wait()
+            for _, info in controller.scan_not_active_broker():
+                connection = self._connections.get(info.channel)
+                if connection is not None:
+                    connection.close()
 
     async def _scan_inactive_master_loop(self) -> None:
         assert self._controller is not None

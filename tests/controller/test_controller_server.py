@@ -17,6 +17,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.config import ControllerConfig
 from controller.server import ControllerServer
 from controller_client.client import ControllerClient, ReplicaInfo, decode_role_change
@@ -218,9 +220,13 @@ async def test_master_connection_close_elects_at_once_and_pushes_the_role_change
             await close_all(listeners, clients)
 
 
-async def test_master_heartbeat_timeout_elects(tmp_path: Path) -> None:
-    """A hung master: its connection stays open but its heartbeats stop."""
-    async with running(tmp_path) as server:
+@pytest.mark.parametrize("scan_ms", [50, 600_000], ids=["scan-50ms", "scan-10min"])
+async def test_master_heartbeat_timeout_elects(tmp_path: Path, scan_ms: int) -> None:
+    """A hung master: its connection stays open but its heartbeats stop. It is found when its
+    heartbeat expires, whatever the scan intervals: with scans ten minutes apart (and the
+    inactive-master scan too) this still elects within DEADLINE_S."""
+    async with running(tmp_path, scan_not_active_broker_interval_ms=scan_ms,
+                       scan_inactive_master_interval_ms=scan_ms) as server:
         controller = addr_of(server.address)
         listeners, clients = await three_brokers(controller, tmp_path, timeout_ms=300)
         try:

@@ -573,6 +573,27 @@ def test_heartbeat_keeps_only_increasing_epoch_and_offset() -> None:
     assert table.get((CLUSTER, BROKER, 1)) is None
 
 
+@given(beats=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 1000), st.integers(1, 500)),
+                    min_size=1, max_size=20))
+def test_next_expiry_is_when_the_first_record_stops_being_alive(
+    beats: list[tuple[int, int, int]],
+) -> None:
+    """(broker id, received at, timeout) in time order: nothing expires before
+    `next_expiry_ms()` and something does one millisecond after it."""
+    table = BrokerHeartbeatManager()
+    assert table.next_expiry_ms() is None
+    now = 0
+    for broker_id, gap, timeout in beats:
+        now += gap
+        table.on_broker_heartbeat(
+            Heartbeat(CLUSTER, BROKER, broker_id, addr(broker_id), epoch=1, max_offset=0,
+                      heartbeat_timeout_ms=timeout), channel=broker_id, now_ms=now)
+    expiry = table.next_expiry_ms()
+    assert expiry is not None
+    assert table.scan_not_active(now_ms=expiry) == []
+    assert table.scan_not_active(now_ms=expiry + 1) != []
+
+
 # -- events: replay equals memory ----------------------------------------------------------
 
 events_strategy: st.SearchStrategy[Event] = st.one_of(
