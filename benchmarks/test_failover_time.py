@@ -286,8 +286,10 @@ async def resume(master: Member, acked: list[tuple[bytes, int]]) -> list[object]
 async def sigstop_trials(group: Group, count: int, resumed: Resumed, name: str) -> list[float]:
     """Each stop comes at a random moment of the controller's scan period (SEED: the same
     moments for both groups). A trial begins when the previous one has settled, at much the
-    same point of the scan every time: without this, one group's ten trials were 13.05-13.07 s
-    and the other's mostly 13.9-14.9 s, the phase measured rather than the failover."""
+    same point of a scan every time: ten default-timing trials of a controller that found
+    expired heartbeats at its 5 s scan (pyrmq's, before it checked at each deadline) were
+    13.9-14.9 s but one, the scan's phase measured rather than the failover. The Java group's
+    were 12.6-13.1 s with and without this."""
     times: list[float] = []
     scan_s = group.timings.controller["scanNotActiveBrokerInterval"] / 1000
     phases = random.Random(SEED)
