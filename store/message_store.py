@@ -80,6 +80,10 @@ ALLOCATE_INTERVAL_S: Final = 0.1
 # From this many bytes to dispatch on, `dispatch_pending` scans in bulk (numpy); below, the
 # per-record walk is cheaper than the vectorised pass's fixed cost.
 BULK_DISPATCH_BYTES: Final = 64 * 1024
+# One dispatch walk in a worker thread covers at most this many bytes: the walk holds the GIL
+# for most of its time (numpy, the consume queues), and the event loop thread, back from a
+# system call, waits for the GIL until the walk gives it up (or for the 5 ms switch interval).
+DISPATCH_WALK_BYTES_MAX = 1024 * 1024
 STORE_WORKERS: Final = 4  # the store's worker threads (disk work, dispatch walks)
 WORKER_START_TIMEOUT_S: Final = 10.0
 
@@ -780,6 +784,7 @@ class MessageStore:
         in flight."""
         loop = asyncio.get_running_loop()
         touched: set[tuple[str, int]] = set()
+        walk_bytes = DISPATCH_WALK_BYTES_MAX
         while not self._closed and self._dispatching_in_thread is None:
             # Small ranges too: a record may need a new consume-queue file, whose creation
             # (an allocation and fsyncs) must not run on the loop.
@@ -789,6 +794,8 @@ class MessageStore:
                 start = self._reput_from
                 bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
                     self.confirm_offset  # under the lock: no truncation meanwhile
+                capped = start + walk_bytes < bound
+                bound = min(bound, start + walk_bytes)
                 walk = loop.run_in_executor(self._executor, self._dispatch_bulk, start, bound,
                                             touched)
                 self._dispatching_in_thread = walk
@@ -802,7 +809,11 @@ class MessageStore:
                     if not walk.cancelled() and walk.exception() is None:
                         self._reput_from = walk.result()
                 if self._reput_from == start:
+                    if capped:  # a record longer than one walk: the next one covers more
+                        walk_bytes *= 2
+                        continue
                     break  # stopped at a record not (yet) whole
+                walk_bytes = DISPATCH_WALK_BYTES_MAX
         self.dispatch_pending(touched)
 
     def dispatch_pending(self, touched: set[tuple[str, int]] | None = None) -> int:
