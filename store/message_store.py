@@ -80,9 +80,10 @@ ALLOCATE_INTERVAL_S: Final = 0.1
 # From this many bytes to dispatch on, `dispatch_pending` scans in bulk (numpy); below, the
 # per-record walk is cheaper than the vectorised pass's fixed cost.
 BULK_DISPATCH_BYTES: Final = 64 * 1024
-# One dispatch walk in a worker thread covers at most this many bytes: the walk holds the GIL
-# for most of its time (numpy, the consume queues), and the event loop thread, back from a
-# system call, waits for the GIL until the walk gives it up (or for the 5 ms switch interval).
+# A dispatch walk in a worker thread gives up the GIL after each this many bytes: the walk holds
+# it for most of its time (numpy, the consume queues), and the event loop thread, back from any
+# system call, waited for it until the walk ended or the 5 ms switch interval ran out (walks of
+# up to 100 ms at a slave's 1 GiB catch-up: event-loop stalls of 5-13 ms).
 DISPATCH_WALK_BYTES_MAX = 1024 * 1024
 STORE_WORKERS: Final = 4  # the store's worker threads (disk work, dispatch walks)
 WORKER_START_TIMEOUT_S: Final = 10.0
@@ -784,7 +785,6 @@ class MessageStore:
         in flight."""
         loop = asyncio.get_running_loop()
         touched: set[tuple[str, int]] = set()
-        walk_bytes = DISPATCH_WALK_BYTES_MAX
         while not self._closed and self._dispatching_in_thread is None:
             # Small ranges too: a record may need a new consume-queue file, whose creation
             # (an allocation and fsyncs) must not run on the loop.
@@ -794,9 +794,7 @@ class MessageStore:
                 start = self._reput_from
                 bound = self.commitlog.max_phy_offset if self.config.read_uncommitted else \
                     self.confirm_offset  # under the lock: no truncation meanwhile
-                capped = start + walk_bytes < bound
-                bound = min(bound, start + walk_bytes)
-                walk = loop.run_in_executor(self._executor, self._dispatch_bulk, start, bound,
+                walk = loop.run_in_executor(self._executor, self._dispatch_walks, start, bound,
                                             touched)
                 self._dispatching_in_thread = walk
                 try:
@@ -809,11 +807,7 @@ class MessageStore:
                     if not walk.cancelled() and walk.exception() is None:
                         self._reput_from = walk.result()
                 if self._reput_from == start:
-                    if capped:  # a record longer than one walk: the next one covers more
-                        walk_bytes *= 2
-                        continue
                     break  # stopped at a record not (yet) whole
-                walk_bytes = DISPATCH_WALK_BYTES_MAX
         self.dispatch_pending(touched)
 
     def dispatch_pending(self, touched: set[tuple[str, int]] | None = None) -> int:
@@ -842,6 +836,25 @@ class MessageStore:
             for topic, queue_id in touched:
                 listener(topic, queue_id, self.max_offset_in_queue(topic, queue_id))
         return count
+
+    def _dispatch_walks(self, start: int, end: int, touched: set[tuple[str, int]]) -> int:
+        """`_dispatch_bulk` over [start, end) in a worker thread, in steps of at most
+        DISPATCH_WALK_BYTES_MAX bytes (doubled while a step holds no whole record), with the GIL
+        given up after each (`time.sleep(0)`); returns where it stopped, as `_dispatch_bulk`."""
+        pos = start
+        step = DISPATCH_WALK_BYTES_MAX
+        while pos < end:
+            bound = min(end, pos + step)
+            reached = self._dispatch_bulk(pos, bound, touched)
+            if reached == pos:
+                if bound == end:
+                    break  # a record not (yet) whole, or not valid
+                step *= 2  # a record longer than the step
+                continue
+            pos = reached
+            step = DISPATCH_WALK_BYTES_MAX
+            time.sleep(0)  # the GIL to a waiting thread (the event loop's)
+        return pos
 
     def _dispatch_bulk(self, start: int, end: int, touched: set[tuple[str, int]]) -> int:
         """`dispatch_pending`'s walk over [start, end), vectorised per file (`scan_file_fast`:

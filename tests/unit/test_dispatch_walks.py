@@ -1,8 +1,8 @@
-"""A slave's dispatch in worker threads (`MessageStore.dispatch_in_thread`) walks at most
-`DISPATCH_WALK_BYTES_MAX` bytes per walk: a walk holds the GIL most of its time, and the event
-loop thread waits for it (up to the 5 ms switch interval) after every system call. A record
-longer than the cap is still dispatched (walks double until one holds it), and every record
-gets its unit.
+"""A slave's dispatch in a worker thread (`MessageStore.dispatch_in_thread`) walks in steps of
+at most `DISPATCH_WALK_BYTES_MAX` bytes and gives up the GIL after each: a walk holds the GIL
+most of its time, and the event loop thread waits for it (up to the 5 ms switch interval) after
+every system call. A record longer than a step is still dispatched (steps double until one
+holds it), and every record gets its unit.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ async def test_walks_are_bounded_and_dispatch_everything(
         assert slave.reput_from_offset == end
         record_bytes = end // COUNT + 1  # upper bound of one record (they are the same size)
         for start, bound in walks:
-            # A walk covers at most the cap, unless the cap held no whole record: walks then
+            # A step covers at most the cap, unless the cap held no whole record: steps then
             # double until one does.
             assert bound - start <= max(cap, 2 * record_bytes)
         if cap < end:
