@@ -1,14 +1,18 @@
 """What the replication benchmark's processes share (benchmarks/test_ha_replication.py and its
-child processes, benchmarks/replication_child.py): the store and HA settings, the loop ticker,
-and the plain stream's receiving end."""
+child processes, benchmarks/replication_child.py): the store and HA settings, the broker's heap
+settings, the loop ticker, and the plain stream's receiving end."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from broker.heap import freeze_startup_heap
 from ha.config import HAConfig
 from store.config import StoreConfig
 
@@ -25,6 +29,19 @@ def store_config(root: Path) -> StoreConfig:
 def ha_config(broker_id: int) -> HAConfig:
     return HAConfig(broker_id=broker_id, ha_listen_port=0, bind_address="127.0.0.1",
                     ha_transfer_batch_size=BATCH, reconnect_interval_ms=50)
+
+
+@contextlib.contextmanager
+def broker_heap() -> Iterator[None]:
+    """The heap settings a broker process runs with (`broker.heap.freeze_startup_heap`: what
+    is alive now frozen out of later collections, the broker's thresholds), undone after."""
+    thresholds = gc.get_threshold()
+    freeze_startup_heap()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 class Ticker:
