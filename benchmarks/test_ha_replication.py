@@ -14,10 +14,12 @@ its commitlog). Two shapes are measured, each end of each in the same place as i
 - everything in one process and one event loop (uvloop), both ends of both streams: the
   shape this benchmark had first; master and slave then share the loop, the GIL and the cores.
 
-Rounds alternate the shapes, and peer / replication within each; a printed ratio is the median
-of per-round ratios (this shared machine drifts). The same ratio in CPU seconds (all processes
-taking part, their worker threads included) is printed too: on a busy shared host it moves
-less than the wall-time one. Goal: >= 0.5.
+Every process taking part runs, once set up, with a broker process's heap settings
+(`broker.heap`: start-up heap frozen, its GC thresholds), and each sender gives its loop a turn
+every 1 MiB. Rounds alternate the shapes, and peer / replication within each; a printed ratio is
+the median of per-round ratios (this shared machine drifts). The same ratio in CPU seconds (all
+processes taking part, their worker threads included) is printed too: on a busy shared host it
+moves less than the wall-time one. Goal: >= 0.5.
 
 A ticker coroutine in each event loop sleeps 1 ms and records how late it wakes: the worst
 lateness of any loop taking part during replication is the worst event-loop stall (goal < 5 ms);
