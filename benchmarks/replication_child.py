@@ -1,0 +1,90 @@
+"""Far ends of the replication benchmark (benchmarks/test_ha_replication.py), each in a process of
+its own, as a slave runs on a host of its own:
+
+- `slave ROOT PORT END`: an empty slave store; prints `ready`, waits for a line on stdin, then
+  replicates from the master's HA port until its commitlog ends at END, and prints
+  `done <cpu seconds> <worst event-loop stall seconds>` (CPU of this process since the line);
+- `receiver SIZE`: the plain stream's receiving end; prints `port <port>`, copies SIZE bytes
+  into a preallocated buffer, and prints `done <cpu seconds> <worst stall seconds>`.
+
+Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import uvloop
+
+from benchmarks.replication_parts import Receiver, Ticker, broker_heap, ha_config, store_config
+from ha.service import AutoSwitchHAService
+from store.message_store import MessageStore
+
+
+async def slave(root: Path, port: int, end: int) -> None:
+    store = MessageStore(store_config(root))
+    await asyncio.to_thread(store.open)
+    store_run = asyncio.create_task(store.run())  # as in the broker: pre-faulting, allocation
+    service = AutoSwitchHAService(store, ha_config(2), replica_ids=lambda: {1, 2},
+                                  propose_sync_state_set=lambda *_: None)
+    try:
+        with broker_heap():  # started up: as a broker process, from here on
+            await _replicate(store, service, port, end)
+    finally:
+        await service.close()
+        store_run.cancel()
+        await asyncio.gather(store_run, return_exceptions=True)
+        await asyncio.to_thread(store.close)
+        shutil.rmtree(root)
+
+
+async def _replicate(store: MessageStore, service: AutoSwitchHAService, port: int,
+                     end: int) -> None:
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    ticker = Ticker()
+    cpu_started = time.process_time()
+    ticker.start()
+    await service.become_slave(("127.0.0.1", port), 1)
+    for _ in itertools.count():  # polled, as in the one-process shape
+        if store.max_phy_offset >= end:
+            break
+        await asyncio.sleep(0.005)
+    cpu_seconds = time.process_time() - cpu_started
+    await ticker.stop()
+    print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+
+
+async def receiver(size: int) -> None:
+    received = bytearray(size + 256 * 1024)  # never an empty buffer at the end
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    lost: asyncio.Future[None] = loop.create_future()
+    server = await loop.create_server(lambda: Receiver(received, size, done, lost),
+                                      "127.0.0.1", 0)
+    with broker_heap():  # as the slave's process, for the same footing
+        ticker = Ticker()
+        ticker.start()
+        cpu_started = time.process_time()
+        print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
+        await done
+        cpu_seconds = time.process_time() - cpu_started
+        await ticker.stop()
+        print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+        server.close()
+        await lost
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    if role == "slave":
+        uvloop.run(slave(Path(args[0]), int(args[1]), int(args[2])))
+    elif role == "receiver":
+        uvloop.run(receiver(int(args[0])))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
