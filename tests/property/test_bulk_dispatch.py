@@ -1,5 +1,6 @@
 """Bulk live dispatch (a slave's received range, a backlog reaching confirmOffset) writes exactly
-the units the per-record dispatch writes, and skips and counts exactly the same records.
+the units the per-record dispatch writes, and skips and counts exactly the same records; so does
+a master's dispatch of the records it kept from their appends (`MessageStore._appended`).
 
 Two levels: the dispatcher over arbitrary record fields (duplicates, gaps, non-dispatched
 transaction types, the schedule topic, a queue that already holds units), and the store over
@@ -112,10 +113,11 @@ def _store_state(store: MessageStore) -> tuple[object, ...]:
 def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
                                                sizes: list[tuple[int, int]],
                                                steps: list[int]) -> None:
-    """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files)."""
+    """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files). Three
+    stores: the scan record by record, the scan in bulk, and the kept records (no scan)."""
     root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
     stores = []
-    for name in ("one", "bulk"):
+    for name in ("one", "bulk", "kept"):
         store = MessageStore(small_config(root / name, enable_controller_mode=True))
         store.open()
         store.confirm_follows_max = False
@@ -123,8 +125,11 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
             topic = TOPICS[kind % 2]
             store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
                                          tags=f"t{kind}"))
+        if name != "kept":
+            assert store._appended
+            store._appended.clear()  # dispatch by scan, from the reput offset
         stores.append(store)
-    arrivals: list[list[tuple[str, int, int]]] = [[], []]
+    arrivals: list[list[tuple[str, int, int]]] = [[], [], []]
     try:
         for store, seen in zip(stores, arrivals, strict=True):
             store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
@@ -134,17 +139,19 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
         confirm = 0
         for step in [*steps, end]:
             confirm = min(end, confirm + step)
-            for store, threshold in zip(stores, (1 << 62, 0), strict=True):
+            for store, threshold in zip(stores, (1 << 62, 0, 0), strict=True):
                 setattr(message_store_module, "BULK_DISPATCH_BYTES", threshold)  # noqa: B010
                 try:
                     store.set_confirm_offset(confirm)
                 finally:
                     setattr(message_store_module, "BULK_DISPATCH_BYTES", original)  # noqa: B010
-            assert _store_state(stores[1]) == _store_state(stores[0])
-            assert sorted(arrivals[1]) == sorted(arrivals[0])
-            arrivals[0].clear()
-            arrivals[1].clear()
+            for other in (1, 2):
+                assert _store_state(stores[other]) == _store_state(stores[0])
+                assert sorted(arrivals[other]) == sorted(arrivals[0])
+            for seen in arrivals:
+                seen.clear()
         assert stores[1].dispatch_behind_bytes == 0
+        assert stores[2].dispatch_behind_bytes == 0
     finally:
         for store in stores:
             store.close()
@@ -158,6 +165,7 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         store.confirm_follows_max = False
         for index in range(100):
             store.append_message(message(b"x" * 1000, queue_id=index % 2))
+        store._appended.clear()  # not the kept records: the scan from the reput offset
         calls: list[int] = []
         original = store._dispatch_bulk
 
