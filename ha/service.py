@@ -14,7 +14,8 @@ Invariants:
 - confirmOffset on a master with more than one SyncStateSet member (union view) is
   `compute_confirm_offset` (frozen while a member is disconnected, monotone); alone, it follows
   the max offset.
-- A waiting send completes SUCCESS only when `is_acknowledged` says so for its end offset;
+- A waiting send completes SUCCESS only when `is_acknowledged` says so for its end offset
+  (checked as `acknowledged_offset`, once per ack for all waiting sends);
   at `slaveTimeout` it ends FLUSH_SLAVE_TIMEOUT (stored, not confirmed); on losing the master
   role it ends the same way.
 """
@@ -36,9 +37,9 @@ from ha.connection import HAConnection
 from ha.master_protocol import Acked, StoreView
 from ha.sync_state_set import (
     SyncStateSet,
+    acknowledged_offset,
     can_expand,
     compute_confirm_offset,
-    is_acknowledged,
     shrink_sync_state_set,
 )
 from remoting.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
@@ -411,27 +412,33 @@ class AutoSwitchHAService:
         if self.store.confirm_offset != confirm_before:
             for connection in self.connections:
                 connection.wakeup.set()  # ship the new confirmOffset to idle slaves
-        sss = self.sync_state_set
-        if sss is None:
-            return
-        view, acks = sss.view(), self.ack_by_slave()
         waiters = self._waiters
+        acknowledged = self._acknowledged_offset() if waiters else -1
         while waiters:
             end_offset, future = waiters[0]
             if future.done():
                 waiters.popleft()
                 continue
-            if not is_acknowledged(
-                end_offset, sync_state_set=view, master_broker_id=self.config.broker_id,
-                ack_by_slave=acks, all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
-                in_sync_replicas=self.config.in_sync_replicas,
-            ):
+            if acknowledged is not None and end_offset > acknowledged:
                 break
             waiters.popleft()
             future.set_result(True)
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()
+
+    def _acknowledged_offset(self) -> int | None:
+        """`acknowledged_offset` now: a send ending at or below it has its replica acks
+        (None: every send has them); -1 without a SyncStateSet (none has)."""
+        sss = self.sync_state_set
+        if sss is None:
+            return -1
+        return acknowledged_offset(
+            sync_state_set=sss.view(), master_broker_id=self.config.broker_id,
+            ack_by_slave=self.ack_by_slave(),
+            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
+            in_sync_replicas=self.config.in_sync_replicas,
+        )
 
     def _fail_waiters(self) -> None:
         while self._waiters:
@@ -473,13 +480,10 @@ class AutoSwitchHAService:
         sss = self.sync_state_set
         if sss is None or self.role is not HARole.MASTER:
             return False
-        if not self._waiters and is_acknowledged(
-            end_offset, sync_state_set=sss.view(), master_broker_id=self.config.broker_id,
-            ack_by_slave=self.ack_by_slave(),
-            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
-            in_sync_replicas=self.config.in_sync_replicas,
-        ):
-            return True
+        if not self._waiters:
+            acknowledged = self._acknowledged_offset()
+            if acknowledged is None or end_offset <= acknowledged:
+                return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._waiters.append((end_offset, future))
