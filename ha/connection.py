@@ -34,12 +34,6 @@ YIELD_EVERY_BYTES: Final = 1024 * 1024
 # (one writev; a slave reads up to 1 MiB at a time). 1 MiB rather than 256 KiB took some 10 %
 # less CPU per replicated byte (median of 7 interleaved rounds each, noisy host).
 WRITE_COALESCE_BYTES: Final = 1024 * 1024
-# A moved confirmOffset goes to an idle slave in a heartbeat this long after the writer first saw
-# it, unless a data frame (which carries it too) goes first. Under an allAck load nearly every
-# ack round moves confirmOffset and new data follows within a round trip: an immediate heartbeat
-# cost the master a write and each slave a wake-up per round. A slave dispatches a received
-# confirmOffset within DISPATCH_DELAY_MS (5 ms) anyway (ha/client.py).
-CONFIRM_HEARTBEAT_DELAY_MS: Final = 2
 
 
 class HAConnection:
@@ -157,18 +151,14 @@ class HAConnection:
             headers = self.protocol.next_transfers(
                 view, now_ms=service.clock_ms(), batch_size=config.ha_transfer_batch_size,
                 heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
-                bytes_max=WRITE_COALESCE_BYTES, confirm_delay_ms=CONFIRM_HEARTBEAT_DELAY_MS,
+                bytes_max=WRITE_COALESCE_BYTES,
             )
             if not headers:
                 if self.protocol.slave_broker_id is not None and self.protocol.caught_up(view):
                     service.caught_up(self.protocol.slave_broker_id)
                 self.wakeup.clear()
-                wait_s = WRITER_POLL_S
-                due = self.protocol.confirm_due_ms(confirm_delay_ms=CONFIRM_HEARTBEAT_DELAY_MS)
-                if due is not None:
-                    wait_s = min(wait_s, max(0, due - service.clock_ms()) / 1000)
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait_s):
+                    async with asyncio.timeout(WRITER_POLL_S):
                         await self.wakeup.wait()
                 continue
             first, last = headers[0], headers[-1]

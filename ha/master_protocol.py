@@ -12,10 +12,7 @@ Invariants:
   which a Java slave accepts). A new epoch appended while the connection runs is picked up on
   the next batch (5.5.0 behaviour, §14 item 12).
 - An idle connection sends an empty TRANSFER frame (a heartbeat) after
-  `haSendHeartbeatInterval`, and also `confirm_delay_ms` after it first saw confirmOffset past
-  the last value sent (at once for 0). A data frame meanwhile carries the new confirmOffset, so
-  under load (acks move confirmOffset after nearly every round) the slaves are not sent, nor
-  woken by, a second frame per round.
+  `haSendHeartbeatInterval`, and also as soon as confirmOffset moved past the last value sent.
 - Acks never go backwards, and never exceed the bytes sent on this connection (the first ack:
   the master's max offset) (RocketMQ #1155, M6); a violation closes the connection.
 """
@@ -70,7 +67,6 @@ class MasterConnectionProtocol:
     what to send; report writes with `wrote` (for heartbeat timing)."""
 
     __slots__ = (
-        "_confirm_seen_ms",
         "_handshake_reply_due",
         "_last_sent_confirm_offset",
         "_last_write_ms",
@@ -102,9 +98,6 @@ class MasterConnectionProtocol:
         self._handshake_reply_due = False
         self._last_write_ms = now_ms
         self._last_sent_confirm_offset = -1
-        # When `next_transfer` first saw confirmOffset past the last value sent (None: it is
-        # not): the confirm heartbeat is due `confirm_delay_ms` later.
-        self._confirm_seen_ms: int | None = None
 
     def receive(
         self, frame: SlaveFrame, *, replica_ids: Collection[int], store: StoreView
@@ -179,21 +172,13 @@ class MasterConnectionProtocol:
             return max(0, store.max_phy_offset - store.max_phy_offset % store.file_size)
         return store.min_phy_offset
 
-    def confirm_due_ms(self, *, confirm_delay_ms: int) -> int | None:
-        """When the heartbeat shipping a moved confirmOffset is due (None: none is pending);
-        the shell waits at most until then for new data."""
-        seen = self._confirm_seen_ms
-        return None if seen is None else seen + confirm_delay_ms
-
     def next_transfer(
-        self, store: StoreView, *, now_ms: int, batch_size: int, heartbeat_interval_ms: int,
-        confirm_delay_ms: int = 0,
+        self, store: StoreView, *, now_ms: int, batch_size: int, heartbeat_interval_ms: int
     ) -> TransferHeader | None:
         """The next TRANSFER header to send (data `[offset, offset + body_size)` follows it), a
-        heartbeat when idle for `heartbeat_interval_ms` or `confirm_delay_ms` after a moved
-        confirmOffset was first seen, or None (nothing to send: wait for new data or
-        `confirm_due_ms` or the heartbeat time). Raises `HAProtocolError` when the slave needs
-        bytes the master no longer has (deleted by retention)."""
+        heartbeat when idle for `heartbeat_interval_ms`, or None (nothing to send: wait for new
+        data or the heartbeat time). Raises `HAProtocolError` when the slave needs bytes the
+        master no longer has (deleted by retention)."""
         if self.state is not HAConnectionState.TRANSFER or self.slave_request_offset is None:
             return None
         if self.next_transfer_from_where is None:
@@ -211,38 +196,30 @@ class MasterConnectionProtocol:
         if label.end_offset > where:
             size = min(size, label.end_offset - where)  # never cross an epoch boundary
         if size == 0:
-            # Idle: a heartbeat when due, or soon after confirmOffset moved since the last
-            # frame (the slave's consumers would otherwise wait for the next heartbeat) unless
-            # data carries it first.
-            if now_ms - self._last_write_ms < heartbeat_interval_ms:
-                if store.confirm_offset <= self._last_sent_confirm_offset:
-                    return None
-                if self._confirm_seen_ms is None:
-                    self._confirm_seen_ms = now_ms
-                if now_ms - self._confirm_seen_ms < confirm_delay_ms:
-                    return None
+            # Idle: a heartbeat when due, or at once when confirmOffset moved since the last
+            # frame (the slave's consumers would otherwise wait for the next heartbeat).
+            if now_ms - self._last_write_ms < heartbeat_interval_ms and \
+                    store.confirm_offset <= self._last_sent_confirm_offset:
+                return None
             self._last_sent_confirm_offset = store.confirm_offset
-            self._confirm_seen_ms = None
             return TransferHeader(0, where, label.epoch, label.start_offset,
                                   store.confirm_offset)
         self.next_transfer_from_where = where + size
         self.last_master_max_offset = store.max_phy_offset
         self.last_transfer_time_ms = now_ms
         self._last_sent_confirm_offset = store.confirm_offset
-        self._confirm_seen_ms = None
         return TransferHeader(size, where, label.epoch, label.start_offset, store.confirm_offset)
 
     def next_transfers(
         self, store: StoreView, *, now_ms: int, batch_size: int, heartbeat_interval_ms: int,
-        bytes_max: int, confirm_delay_ms: int = 0,
+        bytes_max: int,
     ) -> list[TransferHeader]:
         """What `next_transfer` called until `bytes_max` body bytes gave, as one call: [] for
         None, one heartbeat, or TRANSFER headers of consecutive data (the first as
         `next_transfer` gives it, the others the same cut of the rest of its file and epoch;
         the next call goes on from there, also into the next file or epoch)."""
         first = self.next_transfer(store, now_ms=now_ms, batch_size=batch_size,
-                                   heartbeat_interval_ms=heartbeat_interval_ms,
-                                   confirm_delay_ms=confirm_delay_ms)
+                                   heartbeat_interval_ms=heartbeat_interval_ms)
         if first is None:
             return []
         headers = [first]

@@ -5,7 +5,8 @@ A shell around the pure cores (master_protocol, slave_protocol, sync_state_set).
   ReplicasManager calls (`become_master`, `become_slave`), each step in its durable order;
 - on a master: the HA listener (`haListenPort`) with one `HAConnection` per slave, the
   SyncStateSet, confirmOffset, and the sends waiting for replica acks (`wait_for_replicas`),
-  completed in offset order from one place (`_on_ack_or_change`) as acks arrive;
+  completed in offset order from one place (`_on_ack_or_change`) as acks arrive, and a
+  moved confirmOffset shipped to idle slaves CONFIRM_SHIP_DELAY_S later (one timer);
 - on a slave: one `HAClient` task replicating from the master.
 
 Invariants:
@@ -30,6 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from typing import Final
 
 from ha.client import HAClient
 from ha.config import HAConfig
@@ -46,6 +48,14 @@ from remoting.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARunt
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+# A moved confirmOffset is shipped to idle slaves (an empty TRANSFER frame) this long after it
+# moved; data shipped meanwhile carries it anyway. Under an allAck load nearly every ack round
+# moves confirmOffset and new data follows within a round trip: waking the writers at once cost
+# the master a writer turn and a write per slave per round, and each slave a wake-up. A slave
+# dispatches a received confirmOffset within DISPATCH_DELAY_MS (5 ms) anyway (ha/client.py).
+CONFIRM_SHIP_DELAY_S: Final = 0.002
 
 
 def monotonic_ms() -> int:
@@ -122,6 +132,7 @@ class AutoSwitchHAService:
         self._deadlines: collections.deque[tuple[float, asyncio.Future[bool]]] = \
             collections.deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._confirm_ship_timer: asyncio.TimerHandle | None = None
         self.ha_port = 0
         store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
@@ -167,6 +178,9 @@ class AutoSwitchHAService:
             self._fail(err)
 
     async def close(self) -> None:
+        if self._confirm_ship_timer is not None:
+            self._confirm_ship_timer.cancel()
+            self._confirm_ship_timer = None
         await self._stop_client()
         await self._close_connections()
         if self._server is not None:
@@ -409,9 +423,10 @@ class AutoSwitchHAService:
         """The one place waiting sends complete, in offset order."""
         confirm_before = self.store.confirm_offset
         self._update_confirm_offset()
-        if self.store.confirm_offset != confirm_before:
-            for connection in self.connections:
-                connection.wakeup.set()  # ship the new confirmOffset to idle slaves
+        if self.store.confirm_offset != confirm_before and self._confirm_ship_timer is None \
+                and self.connections:
+            self._confirm_ship_timer = asyncio.get_running_loop().call_later(
+                CONFIRM_SHIP_DELAY_S, self._ship_confirm)
         waiters = self._waiters
         acknowledged = self._acknowledged_offset() if waiters else -1
         while waiters:
@@ -426,6 +441,13 @@ class AutoSwitchHAService:
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()
+
+    def _ship_confirm(self) -> None:
+        """CONFIRM_SHIP_DELAY_S after confirmOffset moved: the writers of idle slaves ship it
+        (a writer that shipped data since has nothing to send and waits again)."""
+        self._confirm_ship_timer = None
+        for connection in self.connections:
+            connection.wakeup.set()
 
     def _acknowledged_offset(self) -> int | None:
         """`acknowledged_offset` now: a send ending at or below it has its replica acks

@@ -199,32 +199,6 @@ def test_master_ships_a_new_confirm_offset_without_waiting_for_the_heartbeat() -
                               heartbeat_interval_ms=5000) == TransferHeader(0, 100, 1, 0, 100)
 
 
-def test_master_ships_a_moved_confirm_offset_after_the_delay_unless_data_carries_it() -> None:
-    conn = transferring(view(100, confirm=80), ack=100)
-    conn.next_transfer(view(100, confirm=80), now_ms=1, batch_size=100, heartbeat_interval_ms=5000)
-    conn.wrote(1)
-    assert conn.confirm_due_ms(confirm_delay_ms=2) is None
-    moved = view(100, confirm=100)
-    assert conn.next_transfer(moved, now_ms=10, batch_size=100, heartbeat_interval_ms=5000,
-                              confirm_delay_ms=2) is None
-    assert conn.confirm_due_ms(confirm_delay_ms=2) == 12
-    assert conn.next_transfer(moved, now_ms=11, batch_size=100, heartbeat_interval_ms=5000,
-                              confirm_delay_ms=2) is None
-    assert conn.next_transfer(moved, now_ms=12, batch_size=100, heartbeat_interval_ms=5000,
-                              confirm_delay_ms=2) == TransferHeader(0, 100, 1, 0, 100)
-    conn.wrote(12)
-    assert conn.confirm_due_ms(confirm_delay_ms=2) is None
-    # confirmOffset moves again, then data comes before the delay: the data frame carries it
-    # and no heartbeat follows.
-    assert conn.next_transfer(view(150, confirm=120), now_ms=20, batch_size=100,
-                              heartbeat_interval_ms=5000, confirm_delay_ms=2) == \
-        TransferHeader(50, 100, 1, 0, 120)
-    assert conn.confirm_due_ms(confirm_delay_ms=2) is None
-    conn.wrote(20)
-    assert conn.next_transfer(view(150, confirm=120), now_ms=30, batch_size=100,
-                              heartbeat_interval_ms=5000, confirm_delay_ms=2) is None
-
-
 def test_master_picks_up_a_new_epoch_on_a_live_connection() -> None:
     """5.5.0 behaviour (§14 item 12): data of a later epoch carries the new label at once."""
     conn = transferring(view(100), ack=100)
