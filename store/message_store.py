@@ -116,14 +116,15 @@ _new_tuple: Final = tuple.__new__
 
 class _Appended(NamedTuple):
     """A record appended past the dispatch bound (controller mode: past confirmOffset), kept
-    until the bound reaches its end so that dispatch needs no second read of it. `topic` None:
-    a record that takes no queue offset (no unit)."""
+    until the bound reaches its end so that dispatch needs no second read of it. `unit` False:
+    a record that takes no queue offset (PREPARED, ROLLBACK: no unit)."""
 
     end: int
     phy_offset: int
     size: int
-    topic: str | None
+    topic: str
     queue_id: int
+    unit: bool
     queue_offset: int
     tags_code: int  # the unit's (a schedule-topic record's deliver time already)
     store_timestamp: int
@@ -444,8 +445,8 @@ class MessageStore:
             self._queue_offsets[key] = queue_offset + 1
         if not self.confirm_follows_max:
             self._keep_appended(log_end, _Appended(
-                phy_offset + msg.total_size, phy_offset, msg.total_size,
-                msg.topic if queue is not None else None, msg.queue_id, queue_offset,
+                phy_offset + msg.total_size, phy_offset, msg.total_size, msg.topic,
+                msg.queue_id, queue is not None, queue_offset,
                 unit_tags_code(msg.topic, msg.queue_id, store_timestamp, msg.tags_code,
                                self._delays_ms) if queue is not None else 0,
                 store_timestamp))
@@ -574,7 +575,7 @@ class MessageStore:
             if not self._appended:
                 self._appended_from = phy_offset
             self._appended.append(_new_tuple(_Appended, (
-                end, phy_offset, size, topic, queue_id, queue_offset, tags_code,
+                end, phy_offset, size, topic, queue_id, True, queue_offset, tags_code,
                 store_timestamp)))
             if queue.spare_wanted() is not None:
                 self._want_spare(queue)
@@ -888,12 +889,12 @@ class MessageStore:
                 get_queue = self.consume_queues.get_or_create
                 while appended and appended[0].end <= bound:
                     record = appended.popleft()
-                    if record.topic is not None:
+                    if record.unit:
                         count += dispatcher.dispatch_appended(
                             get_queue(record.topic, record.queue_id), record.queue_offset,
                             record.phy_offset, record.size, record.tags_code,
                             record.store_timestamp)
-                        touched.add((record.topic, record.queue_id))
+                    touched.add((record.topic, record.queue_id))  # (as the scan does)
                     self._reput_from = self._appended_from = record.end
                 if appended:  # it starts at the reput offset and ends past the bound
                     bound = self._reput_from

@@ -215,6 +215,12 @@ def test_a_master_in_controller_mode_takes_the_c_call_and_writes_units_at_confir
     results = [target.append_message_fields(**common) for _ in range(20)]
     assert prepared == ["TopicTest"]
     assert target.max_offset_in_queue("TopicTest", 0) == 0  # nothing confirmed yet
+
+    def no_read(*args: object, **kwargs: object) -> int:
+        raise AssertionError("dispatch read a record back")
+
+    monkeypatch.setattr(target, "_scan_range", no_read)
+    monkeypatch.setattr(target, "_dispatch_bulk", no_read)
     target.set_confirm_offset(results[9].end_offset)
     assert target.max_offset_in_queue("TopicTest", 0) == 11
     target.set_confirm_offset(target.max_phy_offset)

@@ -24,7 +24,7 @@ from store.message_store import MessageStore
 from store.record_check import CheckStatus, RecordCheck
 from store.recovery import RecordBatch
 from store.schedule import SCHEDULE_TOPIC
-from tests.support.store_helpers import message, small_config
+from tests.support.store_helpers import batch, message, small_config
 
 TOPICS = ("TopicA", "TopicB", SCHEDULE_TOPIC)
 SYS_FLAGS = (0, 0, 0, 0x4, 0x8, 0xC)  # NOT (mostly), PREPARED, COMMIT, ROLLBACK
@@ -123,10 +123,13 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
         store.confirm_follows_max = False
         for kind, size in sizes:
             topic = TOPICS[kind % 2]
-            store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
-                                         tags=f"t{kind}"))
-        if name != "kept":
-            assert store._appended
+            if kind == 5:  # a batch: its units are the scan's
+                store.append_batch(batch([b"c" * size, b"d" * (size // 2)], topic=topic,
+                                         queue_id=kind % 3))
+            else:  # kind 4: PREPARED, no unit
+                store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
+                                             tags=f"t{kind}", sys_flag=0x4 if kind == 4 else 0))
+        if name != "kept" and store._appended:
             store._appended.clear()  # dispatch by scan, from the reput offset
         stores.append(store)
     arrivals: list[list[tuple[str, int, int]]] = [[], [], []]
