@@ -189,11 +189,12 @@ class MessageStore:
         self.epoch_cache = EpochCache()
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._reput_from = 0
-        # Records appended since the reput offset, in log order, while dispatch waits for the
-        # bound (confirmOffset): they cover [_appended_from, max_phy_offset) with nothing else
-        # in between (a roll's BLANK padding at most). `dispatch_pending` writes their units
-        # from here; anything that breaks that cover (truncation, a walk by scan, an append not
-        # kept) empties it, and the scan from the reput offset takes over (the fallback).
+        # Records appended while dispatch waits for the bound (confirmOffset), in log order:
+        # they cover [_appended_from, max_phy_offset) with nothing else in between (a roll's
+        # BLANK padding at most). `dispatch_pending` reads (scans) the records from the reput
+        # offset up to `_appended_from`, then writes the units of these from what their appends
+        # knew. An append not kept (a batch) empties them, a truncation too; the next append
+        # starts them afresh.
         self._appended: collections.deque[_Appended] = collections.deque()
         self._appended_from = 0
         self._dispatching_in_thread: asyncio.Future[int] | None = None
@@ -473,15 +474,15 @@ class MessageStore:
                             msg.tags_code)
 
     def _keep_appended(self, log_end: int, record: _Appended) -> None:
-        """Keep `record` (appended where the log ended at `log_end`) for dispatch_pending when
-        it continues `_appended` (or the reput offset); otherwise the scan takes over."""
+        """Keep `record` (appended where the log ended at `log_end`, after a roll's BLANK at
+        most) for dispatch_pending. Kept records are back to back up to the log's end: one
+        that does not continue them (an append not kept came between) starts them afresh, and
+        the records before it are the scan's."""
         appended = self._appended
-        if (appended[-1].end if appended else self._reput_from) == log_end:
-            if not appended:
-                self._appended_from = log_end
-            appended.append(record)
-        else:
+        if not appended or appended[-1].end != log_end:
             appended.clear()
+            self._appended_from = log_end
+        appended.append(record)
 
     def append_message_fields(
         self,
@@ -534,16 +535,10 @@ class MessageStore:
         pos = commitlog_file.wrote_position
         phy_offset = commitlog_file.file_from_offset + pos
         follows = self.confirm_follows_max
-        if follows:
-            # The unit is written with the record (inline dispatch).
-            unit_file = queue.next_unit_file(queue_offset)
-            inline = unit_file is not None and self._reput_from == phy_offset
-        else:
-            # The unit waits for confirmOffset (`_appended`): written by dispatch_pending.
-            unit_file = None
-            appended = self._appended
-            inline = (appended[-1].end if appended else self._reput_from) == phy_offset
-        if not inline:
+        # Following the log, the unit is written with the record (inline dispatch); else it
+        # waits for confirmOffset (`_appended`) and dispatch_pending writes it.
+        unit_file = queue.next_unit_file(queue_offset) if follows else None
+        if follows and (unit_file is None or self._reput_from != phy_offset):
             return self._append_fields_general(
                 topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                 store_host, reconsume_times)
@@ -571,10 +566,7 @@ class MessageStore:
         self._queue_offsets[key] = queue_offset + 1
         end = phy_offset + size
         if not follows:
-            # Kept for dispatch_pending (`phy_offset` continues `_appended`: checked above).
-            if not self._appended:
-                self._appended_from = phy_offset
-            self._appended.append(_new_tuple(_Appended, (
+            self._keep_appended(phy_offset, _new_tuple(_Appended, (
                 end, phy_offset, size, topic, queue_id, True, queue_offset, tags_code,
                 store_timestamp)))
             if queue.spare_wanted() is not None:
@@ -881,33 +873,32 @@ class MessageStore:
         count = 0
         touched = set() if touched is None else touched
         appended = self._appended
-        if appended:
-            if self._appended_from != self._reput_from:
-                appended.clear()  # the reput offset moved by scan: those records are its
-            else:
-                dispatcher = self._dispatcher
-                get_queue = self.consume_queues.get_or_create
-                while appended and appended[0].end <= bound:
-                    record = appended.popleft()
-                    if record.unit:
-                        count += dispatcher.dispatch_appended(
-                            get_queue(record.topic, record.queue_id), record.queue_offset,
-                            record.phy_offset, record.size, record.tags_code,
-                            record.store_timestamp)
-                    touched.add((record.topic, record.queue_id))  # (as the scan does)
-                    self._reput_from = self._appended_from = record.end
-                if appended:  # it starts at the reput offset and ends past the bound
-                    bound = self._reput_from
+        if appended and self._appended_from < self._reput_from:
+            appended.clear()  # a walk (dispatch_in_thread) went past their start: its records
+        # The records before the kept ones are read (the scan); the kept ones are not.
+        scan_to = min(bound, self._appended_from) if appended else bound
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
             count += self._dispatcher.dispatch_live(check)
             touched.add((check.topic, check.queue_id))
 
-        if bound - self._reput_from >= BULK_DISPATCH_BYTES:
-            self._reput_from = self._dispatch_bulk(self._reput_from, bound, touched)
-        if self._reput_from < bound:
-            self._reput_from = self._scan_range(self._reput_from, bound, on_record)
+        if scan_to - self._reput_from >= BULK_DISPATCH_BYTES:
+            self._reput_from = self._dispatch_bulk(self._reput_from, scan_to, touched)
+        if self._reput_from < scan_to:
+            self._reput_from = self._scan_range(self._reput_from, scan_to, on_record)
+        if appended and self._reput_from == self._appended_from:
+            dispatcher = self._dispatcher
+            get_queue = self.consume_queues.get_or_create
+            while appended and appended[0].end <= bound:
+                record = appended.popleft()
+                if record.unit:
+                    count += dispatcher.dispatch_appended(
+                        get_queue(record.topic, record.queue_id), record.queue_offset,
+                        record.phy_offset, record.size, record.tags_code,
+                        record.store_timestamp)
+                touched.add((record.topic, record.queue_id))  # (as the scan does)
+                self._reput_from = self._appended_from = record.end
         if self._dispatcher.skipped:
             self._realign_skipped_queues()
         listener = self.arrival_listener

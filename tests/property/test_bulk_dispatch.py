@@ -184,3 +184,66 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         assert store.max_offset_in_queue("TopicTest", 1) == 50
     finally:
         store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 8), st.integers(10, 3000), st.floats(0, 1)),
+                    min_size=1, max_size=120))
+def test_store_kept_dispatch_equals_the_scan_with_appends_between(
+    tmp_path_factory: object, ops: list[tuple[int, int, float]],
+) -> None:
+    """Appends (single, PREPARED, batch), confirmOffset moves (inside records too) and
+    truncations interleaved: the store that keeps its appends writes the same units, tells the
+    arrival listener of the same queues and gives the same queue offsets as one that reads
+    every record back."""
+    root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
+    stores = []
+    for name in ("scan", "kept"):
+        store = MessageStore(small_config(root / name, enable_controller_mode=True))
+        store.open()
+        store.confirm_follows_max = False
+        stores.append(store)
+    scan, kept = stores
+    scan._keep_appended = lambda log_end, record: scan._appended.clear()  # type: ignore[method-assign]
+    arrivals: list[list[tuple[str, int, int]]] = [[], []]
+    for store, seen in zip(stores, arrivals, strict=True):
+        store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
+    try:
+        last_start: int | None = None
+        for kind, size, where in ops:
+            results = []
+            for store in stores:
+                topic = TOPICS[kind % 2]
+                if kind == 5:
+                    result = store.append_batch(batch([b"c" * size, b"d" * (size // 2)],
+                                                      topic=topic, queue_id=kind % 3))
+                elif kind == 6:  # confirmOffset moves, to a record end or inside a record
+                    confirm = store.confirm_offset
+                    store.set_confirm_offset(confirm + int(where * (store.max_phy_offset -
+                                                                    confirm)))
+                    continue
+                elif kind == 7:  # a cut at the last record's start, when above confirmOffset
+                    if last_start is not None and last_start >= store.confirm_offset:
+                        store.truncate_to_blocking(last_start)
+                    continue
+                else:  # kind 4: PREPARED, no unit
+                    result = store.append_message(message(
+                        b"b" * size, topic=topic, queue_id=kind % 3, tags=f"t{kind}",
+                        sys_flag=0x4 if kind == 4 else 0))
+                results.append((result.phy_offset, result.queue_offset))
+            if kind == 7:
+                last_start = None
+            elif kind != 6:
+                assert results[0] == results[1]
+                last_start = results[0][0]
+            assert _store_state(kept) == _store_state(scan)
+            assert sorted(arrivals[1]) == sorted(arrivals[0])
+            for seen in arrivals:
+                seen.clear()
+        for store in stores:
+            store.set_confirm_offset(store.max_phy_offset)
+        assert _store_state(kept) == _store_state(scan)
+        assert kept.dispatch_behind_bytes == 0
+    finally:
+        for store in stores:
+            store.close()
