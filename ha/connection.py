@@ -50,7 +50,8 @@ class HAConnection:
         self.peer = peer
         self._reader = reader
         self._writer = writer
-        self.protocol = MasterConnectionProtocol(peer, now_ms=service.clock_ms())
+        self.protocol = MasterConnectionProtocol(
+            peer, now_ms=service.clock_ms(), confirm_idle_ms=service.confirm_idle_ms)
         self._decoder = SlaveFrameDecoder(peer)
         self.wakeup = asyncio.Event()
         self._closed = asyncio.Event()

@@ -6,7 +6,7 @@ A shell around the pure cores (master_protocol, slave_protocol, sync_state_set).
 - on a master: the HA listener (`haListenPort`) with one `HAConnection` per slave, the
   SyncStateSet, confirmOffset, and the sends waiting for replica acks (`wait_for_replicas`),
   completed in offset order from one place (`_on_ack_or_change`) as acks arrive, and a
-  moved confirmOffset shipped to idle slaves CONFIRM_SHIP_DELAY_S later (one timer);
+  moved confirmOffset shipped to slaves idle for CONFIRM_SHIP_DELAY_MS (one timer);
 - on a slave: one `HAClient` task replicating from the master.
 
 Invariants:
@@ -50,12 +50,13 @@ from store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 
-# A moved confirmOffset is shipped to idle slaves (an empty TRANSFER frame) this long after it
-# moved; data shipped meanwhile carries it anyway. Under an allAck load nearly every ack round
-# moves confirmOffset and new data follows within a round trip: waking the writers at once cost
-# the master a writer turn and a write per slave per round, and each slave a wake-up. A slave
+# A moved confirmOffset is shipped to a slave in an empty TRANSFER frame only once its connection
+# has written nothing for this long (data frames carry it too); the service looks this long
+# after it moved, and again while it keeps moving. Under an allAck load nearly every ack round
+# moves confirmOffset and new data follows within a round trip: an empty frame at once cost the
+# master a writer turn and a write per slave per round, and each slave a wake-up. A slave
 # dispatches a received confirmOffset within DISPATCH_DELAY_MS (5 ms) anyway (ha/client.py).
-CONFIRM_SHIP_DELAY_S: Final = 0.002
+CONFIRM_SHIP_DELAY_MS: Final = 2
 
 
 def monotonic_ms() -> int:
@@ -133,6 +134,8 @@ class AutoSwitchHAService:
             collections.deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._confirm_ship_timer: asyncio.TimerHandle | None = None
+        self._confirm_looked_at = -1  # confirmOffset when the ship timer last looked
+        self.confirm_idle_ms = CONFIRM_SHIP_DELAY_MS  # the connections' (their cores')
         self.ha_port = 0
         store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
@@ -426,7 +429,7 @@ class AutoSwitchHAService:
         if self.store.confirm_offset != confirm_before and self._confirm_ship_timer is None \
                 and self.connections:
             self._confirm_ship_timer = asyncio.get_running_loop().call_later(
-                CONFIRM_SHIP_DELAY_S, self._ship_confirm)
+                CONFIRM_SHIP_DELAY_MS / 1000, self._ship_confirm)
         waiters = self._waiters
         acknowledged = self._acknowledged_offset() if waiters else -1
         while waiters:
@@ -443,11 +446,18 @@ class AutoSwitchHAService:
             deadlines.popleft()
 
     def _ship_confirm(self) -> None:
-        """CONFIRM_SHIP_DELAY_S after confirmOffset moved: the writers of idle slaves ship it
-        (a writer that shipped data since has nothing to send and waits again)."""
+        """CONFIRM_SHIP_DELAY_MS after confirmOffset moved: the writers look (a connection idle
+        that long ships it in an empty frame; one that wrote since sends nothing now). While
+        confirmOffset keeps moving the timer looks again, so the last value reaches every
+        slave within about two delays of the load's end."""
         self._confirm_ship_timer = None
         for connection in self.connections:
             connection.wakeup.set()
+        confirm = self.store.confirm_offset
+        if confirm != self._confirm_looked_at and self.connections:
+            self._confirm_looked_at = confirm
+            self._confirm_ship_timer = asyncio.get_running_loop().call_later(
+                CONFIRM_SHIP_DELAY_MS / 1000, self._ship_confirm)
 
     def _acknowledged_offset(self) -> int | None:
         """`acknowledged_offset` now: a send ending at or below it has its replica acks
