@@ -50,7 +50,8 @@ class HAConnection:
         self.peer = peer
         self._reader = reader
         self._writer = writer
-        self.protocol = MasterConnectionProtocol(peer, now_ms=service.clock_ms())
+        self.protocol = MasterConnectionProtocol(
+            peer, now_ms=service.clock_ms(), confirm_idle_ms=service.confirm_idle_ms)
         self._decoder = SlaveFrameDecoder(peer)
         self.wakeup = asyncio.Event()
         self._closed = asyncio.Event()
@@ -102,23 +103,30 @@ class HAConnection:
             if not data:
                 raise EOFError("slave closed the connection")
             self._decoder.feed(data)
+            # The writer has something new to do after a HANDSHAKE (the reply) or the first
+            # ACK (shipping starts); a later ACK changes nothing it sends (a moved confirmOffset
+            # wakes it from the service), so acks alone do not wake it.
+            wake = False
             while (frame := self._decoder.next_frame()) is not None:
                 first_ack = self.protocol.slave_request_offset is None
-                if (isinstance(frame, SlaveHandshake) and service.peer_refusal is not None
-                        and self.protocol.slave_broker_id is None):
-                    refusal = await service.peer_refusal(frame.slave_broker_id, self.peer)
-                    if refusal is not None:
-                        raise HandshakeRefusedError(f"HANDSHAKE refused: {refusal}")
+                if isinstance(frame, SlaveHandshake):
+                    wake = True
+                    if service.peer_refusal is not None and self.protocol.slave_broker_id is None:
+                        refusal = await service.peer_refusal(frame.slave_broker_id, self.peer)
+                        if refusal is not None:
+                            raise HandshakeRefusedError(f"HANDSHAKE refused: {refusal}")
                 acked = self.protocol.receive(frame, replica_ids=service.replica_ids(),
                                               store=service.store_view())
                 if acked is not None:
+                    wake |= first_ack
                     if first_ack:
                         # Where this connection starts shipping: a slave that cut back (a
                         # Java 5.5.0 slave with stale epoch entries, §6) starts low again.
                         log.info("HA slave first ack slave_broker_id=%d offset=%d peer=%s",
                                  acked.broker_id, acked.max_offset, self.peer)
                     service.on_ack(acked, self.protocol.last_master_max_offset)
-            self.wakeup.set()
+            if wake:
+                self.wakeup.set()
 
     async def _write_loop(self) -> None:
         service = self.service

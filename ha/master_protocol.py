@@ -12,7 +12,9 @@ Invariants:
   which a Java slave accepts). A new epoch appended while the connection runs is picked up on
   the next batch (5.5.0 behaviour, §14 item 12).
 - An idle connection sends an empty TRANSFER frame (a heartbeat) after
-  `haSendHeartbeatInterval`, and also as soon as confirmOffset moved past the last value sent.
+  `haSendHeartbeatInterval`, and also when confirmOffset moved past the last value sent and
+  nothing was written for `confirm_idle_ms` (0: at once; under load the next data frame
+  carries it instead).
 - Acks never go backwards, and never exceed the bytes sent on this connection (the first ack:
   the master's max offset) (RocketMQ #1155, M6); a violation closes the connection.
 """
@@ -67,6 +69,7 @@ class MasterConnectionProtocol:
     what to send; report writes with `wrote` (for heartbeat timing)."""
 
     __slots__ = (
+        "_confirm_idle_ms",
         "_handshake_reply_due",
         "_last_sent_confirm_offset",
         "_last_write_ms",
@@ -83,8 +86,9 @@ class MasterConnectionProtocol:
         "transfer_start_offset",
     )
 
-    def __init__(self, peer: str, *, now_ms: int) -> None:
+    def __init__(self, peer: str, *, now_ms: int, confirm_idle_ms: int = 0) -> None:
         self.peer = peer
+        self._confirm_idle_ms = confirm_idle_ms
         self.state = HAConnectionState.HANDSHAKE
         self.slave_broker_id: int | None = None
         self.is_sync_from_last_file = False
@@ -196,10 +200,14 @@ class MasterConnectionProtocol:
         if label.end_offset > where:
             size = min(size, label.end_offset - where)  # never cross an epoch boundary
         if size == 0:
-            # Idle: a heartbeat when due, or at once when confirmOffset moved since the last
-            # frame (the slave's consumers would otherwise wait for the next heartbeat).
-            if now_ms - self._last_write_ms < heartbeat_interval_ms and \
-                    store.confirm_offset <= self._last_sent_confirm_offset:
+            # Idle: a heartbeat when due, or when confirmOffset moved since the last frame and
+            # nothing was written for confirm_idle_ms (the slave's consumers would otherwise
+            # wait for the next heartbeat; a write meanwhile means data is flowing, and the
+            # next data frame carries it).
+            idle_ms = now_ms - self._last_write_ms
+            if idle_ms < heartbeat_interval_ms and (
+                    store.confirm_offset <= self._last_sent_confirm_offset
+                    or idle_ms < self._confirm_idle_ms):
                 return None
             self._last_sent_confirm_offset = store.confirm_offset
             return TransferHeader(0, where, label.epoch, label.start_offset,

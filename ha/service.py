@@ -5,7 +5,8 @@ A shell around the pure cores (master_protocol, slave_protocol, sync_state_set).
   ReplicasManager calls (`become_master`, `become_slave`), each step in its durable order;
 - on a master: the HA listener (`haListenPort`) with one `HAConnection` per slave, the
   SyncStateSet, confirmOffset, and the sends waiting for replica acks (`wait_for_replicas`),
-  completed in offset order from one place (`_on_ack_or_change`) as acks arrive;
+  completed in offset order from one place (`_on_ack_or_change`) as acks arrive, and a
+  moved confirmOffset shipped to slaves idle for CONFIRM_SHIP_DELAY_MS (one timer);
 - on a slave: one `HAClient` task replicating from the master.
 
 Invariants:
@@ -14,7 +15,8 @@ Invariants:
 - confirmOffset on a master with more than one SyncStateSet member (union view) is
   `compute_confirm_offset` (frozen while a member is disconnected, monotone); alone, it follows
   the max offset.
-- A waiting send completes SUCCESS only when `is_acknowledged` says so for its end offset;
+- A waiting send completes SUCCESS only when `is_acknowledged` says so for its end offset
+  (checked as `acknowledged_offset`, once per ack for all waiting sends);
   at `slaveTimeout` it ends FLUSH_SLAVE_TIMEOUT (stored, not confirmed); on losing the master
   role it ends the same way.
 """
@@ -29,6 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from typing import Final
 
 from ha.client import HAClient
 from ha.config import HAConfig
@@ -36,15 +39,24 @@ from ha.connection import HAConnection
 from ha.master_protocol import Acked, StoreView
 from ha.sync_state_set import (
     SyncStateSet,
+    acknowledged_offset,
     can_expand,
     compute_confirm_offset,
-    is_acknowledged,
     shrink_sync_state_set,
 )
 from remoting.bodies import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+# A moved confirmOffset is shipped to a slave in an empty TRANSFER frame only once its connection
+# has written nothing for this long (data frames carry it too); the service looks this long
+# after it moved, and again while it keeps moving. Under an allAck load nearly every ack round
+# moves confirmOffset and new data follows within a round trip: an empty frame at once cost the
+# master a writer turn and a write per slave per round, and each slave a wake-up. A slave
+# dispatches a received confirmOffset within DISPATCH_DELAY_MS (5 ms) anyway (ha/client.py).
+CONFIRM_SHIP_DELAY_MS: Final = 2
 
 
 def monotonic_ms() -> int:
@@ -121,6 +133,9 @@ class AutoSwitchHAService:
         self._deadlines: collections.deque[tuple[float, asyncio.Future[bool]]] = \
             collections.deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._confirm_ship_timer: asyncio.TimerHandle | None = None
+        self._confirm_looked_at = -1  # confirmOffset when the ship timer last looked
+        self.confirm_idle_ms = CONFIRM_SHIP_DELAY_MS  # the connections' (their cores')
         self.ha_port = 0
         store.replica_need = self.offset_needed_by_slaves
         self._failure: BaseException | None = None
@@ -166,6 +181,9 @@ class AutoSwitchHAService:
             self._fail(err)
 
     async def close(self) -> None:
+        if self._confirm_ship_timer is not None:
+            self._confirm_ship_timer.cancel()
+            self._confirm_ship_timer = None
         await self._stop_client()
         await self._close_connections()
         if self._server is not None:
@@ -408,30 +426,51 @@ class AutoSwitchHAService:
         """The one place waiting sends complete, in offset order."""
         confirm_before = self.store.confirm_offset
         self._update_confirm_offset()
-        if self.store.confirm_offset != confirm_before:
-            for connection in self.connections:
-                connection.wakeup.set()  # ship the new confirmOffset to idle slaves
-        sss = self.sync_state_set
-        if sss is None:
-            return
-        view, acks = sss.view(), self.ack_by_slave()
+        if self.store.confirm_offset != confirm_before and self._confirm_ship_timer is None \
+                and self.connections:
+            self._confirm_ship_timer = asyncio.get_running_loop().call_later(
+                CONFIRM_SHIP_DELAY_MS / 1000, self._ship_confirm)
         waiters = self._waiters
+        acknowledged = self._acknowledged_offset() if waiters else -1
         while waiters:
             end_offset, future = waiters[0]
             if future.done():
                 waiters.popleft()
                 continue
-            if not is_acknowledged(
-                end_offset, sync_state_set=view, master_broker_id=self.config.broker_id,
-                ack_by_slave=acks, all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
-                in_sync_replicas=self.config.in_sync_replicas,
-            ):
+            if acknowledged is not None and end_offset > acknowledged:
                 break
             waiters.popleft()
             future.set_result(True)
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()
+
+    def _ship_confirm(self) -> None:
+        """CONFIRM_SHIP_DELAY_MS after confirmOffset moved: the writers look (a connection idle
+        that long ships it in an empty frame; one that wrote since sends nothing now). While
+        confirmOffset keeps moving the timer looks again, so the last value reaches every
+        slave within about two delays of the load's end."""
+        self._confirm_ship_timer = None
+        for connection in self.connections:
+            connection.wakeup.set()
+        confirm = self.store.confirm_offset
+        if confirm != self._confirm_looked_at and self.connections:
+            self._confirm_looked_at = confirm
+            self._confirm_ship_timer = asyncio.get_running_loop().call_later(
+                CONFIRM_SHIP_DELAY_MS / 1000, self._ship_confirm)
+
+    def _acknowledged_offset(self) -> int | None:
+        """`acknowledged_offset` now: a send ending at or below it has its replica acks
+        (None: every send has them); -1 without a SyncStateSet (none has)."""
+        sss = self.sync_state_set
+        if sss is None:
+            return -1
+        return acknowledged_offset(
+            sync_state_set=sss.view(), master_broker_id=self.config.broker_id,
+            ack_by_slave=self.ack_by_slave(),
+            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
+            in_sync_replicas=self.config.in_sync_replicas,
+        )
 
     def _fail_waiters(self) -> None:
         while self._waiters:
@@ -473,13 +512,10 @@ class AutoSwitchHAService:
         sss = self.sync_state_set
         if sss is None or self.role is not HARole.MASTER:
             return False
-        if not self._waiters and is_acknowledged(
-            end_offset, sync_state_set=sss.view(), master_broker_id=self.config.broker_id,
-            ack_by_slave=self.ack_by_slave(),
-            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
-            in_sync_replicas=self.config.in_sync_replicas,
-        ):
-            return True
+        if not self._waiters:
+            acknowledged = self._acknowledged_offset()
+            if acknowledged is None or end_offset <= acknowledged:
+                return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._waiters.append((end_offset, future))

@@ -122,6 +122,31 @@ def is_acknowledged(
     return count >= in_sync_replicas
 
 
+def acknowledged_offset(
+    *,
+    sync_state_set: Collection[int],
+    master_broker_id: int,
+    ack_by_slave: Mapping[int, int],
+    all_ack_in_sync_state_set: bool,
+    in_sync_replicas: int,
+) -> int | None:
+    """`is_acknowledged` for every end offset at once: a send ending at `end_offset >= 0` has its
+    acks exactly when `end_offset <= acknowledged_offset(...)`; None: every send has them (no
+    replica to wait for). The service computes it once per ack, not once per waiting send."""
+    if all_ack_in_sync_state_set:
+        bound: int | None = None
+        for broker_id in sync_state_set:
+            if broker_id == master_broker_id:
+                continue
+            ack = ack_by_slave.get(broker_id, -1)
+            bound = ack if bound is None else min(bound, ack)
+        return bound
+    if in_sync_replicas <= 1:
+        return None
+    acks = sorted(ack_by_slave.values(), reverse=True)
+    return acks[in_sync_replicas - 2] if len(acks) >= in_sync_replicas - 1 else -1
+
+
 @dataclass(slots=True)
 class SyncStateSet:
     """The master's SyncStateSet: the controller-confirmed local set and a pending proposal.

@@ -97,6 +97,20 @@ class Dispatcher:
         self.last_store_timestamp = check.store_timestamp
         return True
 
+    def dispatch_appended(self, queue: ConsumeQueue, queue_offset: int, phy_offset: int,
+                          size: int, tags_code: int, store_timestamp: int) -> bool:
+        """`dispatch_live` for a record the store kept from its append (no second read):
+        the same rules, `tags_code` the unit's already."""
+        if queue_offset < queue.max_offset:
+            return False
+        try:
+            queue.put(queue_offset, phy_offset, size, tags_code)
+        except QueueOrderError as err:
+            self.refused(queue.topic, queue.queue_id, err)
+            return False
+        self.last_store_timestamp = store_timestamp
+        return True
+
     def dispatch_recovered(self, check: RecordCheck) -> bool:
         """A record found by recovery: write its unit if its queue lacks it; a queue that lost
         units before it is marked for rebuild."""

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import functools
@@ -119,6 +120,22 @@ class AppendResult(NamedTuple):
 _new_tuple: Final = tuple.__new__
 
 
+class _Appended(NamedTuple):
+    """A record appended past the dispatch bound (controller mode: past confirmOffset), kept
+    until the bound reaches its end so that dispatch needs no second read of it. `unit` False:
+    a record that takes no queue offset (PREPARED, ROLLBACK: no unit)."""
+
+    end: int
+    phy_offset: int
+    size: int
+    topic: str
+    queue_id: int
+    unit: bool
+    queue_offset: int
+    tags_code: int  # the unit's (a schedule-topic record's deliver time already)
+    store_timestamp: int
+
+
 class PutResult(NamedTuple):
     status: PutStatus
     append: AppendResult
@@ -178,6 +195,14 @@ class MessageStore:
         self.epoch_cache = EpochCache()
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._reput_from = 0
+        # Records appended while dispatch waits for the bound (confirmOffset), in log order:
+        # they cover [_appended_from, max_phy_offset) with nothing else in between (a roll's
+        # BLANK padding at most). `dispatch_pending` reads (scans) the records from the reput
+        # offset up to `_appended_from`, then writes the units of these from what their appends
+        # knew. An append not kept (a batch) empties them, a truncation too; the next append
+        # starts them afresh.
+        self._appended: collections.deque[_Appended] = collections.deque()
+        self._appended_from = 0
         self._dispatching_in_thread: asyncio.Future[int] | None = None
         self._confirm_offset = 0
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
@@ -419,12 +444,20 @@ class MessageStore:
         if queue is not None:
             queue.prepare_for(queue_offset)
         store_timestamp = self._store_timestamp()
+        log_end = self.commitlog.max_phy_offset
         phy_offset = self.commitlog.append_message(
             msg, queue_offset=queue_offset, store_timestamp=store_timestamp
         )
         if queue is not None:
             self._queue_offsets[key] = queue_offset + 1
-        if self.confirm_follows_max:
+        if not self.confirm_follows_max:
+            self._keep_appended(log_end, _Appended(
+                phy_offset + msg.total_size, phy_offset, msg.total_size, msg.topic,
+                msg.queue_id, queue is not None, queue_offset,
+                unit_tags_code(msg.topic, msg.queue_id, store_timestamp, msg.tags_code,
+                               self._delays_ms) if queue is not None else 0,
+                store_timestamp))
+        else:
             end = phy_offset + msg.total_size
             self._confirm_offset = end
             if self._reput_from != phy_offset:
@@ -445,6 +478,17 @@ class MessageStore:
             self._want_spare(queue)
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp,
                             msg.tags_code)
+
+    def _keep_appended(self, log_end: int, record: _Appended) -> None:
+        """Keep `record` (appended where the log ended at `log_end`, after a roll's BLANK at
+        most) for dispatch_pending. Kept records are back to back up to the log's end: one
+        that does not continue them (an append not kept came between) starts them afresh, and
+        the records before it are the scan's."""
+        appended = self._appended
+        if not appended or appended[-1].end != log_end:
+            appended.clear()
+            self._appended_from = log_end
+        appended.append(record)
 
     def append_message_fields(
         self,
@@ -467,8 +511,10 @@ class MessageStore:
         commitlog's current file, dispatch caught up, confirmOffset following the log, no
         schedule topic, a type that takes a queue offset) is encoded straight into the mapping,
         with both CRCs and its consume-queue unit, by one C call (`_native.append_message`);
-        the bookkeeping around it is `append_message`'s, in the same order. Anything else, and
-        a store without the extension, takes `prepare_message` and `append_message`.
+        the bookkeeping around it is `append_message`'s, in the same order. In controller mode
+        (confirmOffset set by the HA layer) the same call writes the record only, and the unit
+        waits in `_appended` for confirmOffset. Anything else, and a store without the
+        extension, takes `prepare_message` and `append_message`.
         """
         native = _native
         files = self.commitlog.files.files
@@ -481,7 +527,6 @@ class MessageStore:
             or self.disk_full
             or self._closed
             or not self._opened
-            or not self.confirm_follows_max
             or sys_flag & TRANSACTION_PREPARED_TYPE  # PREPARED, ROLLBACK: no queue offset
             or topic == SCHEDULE_TOPIC  # its units' tags code is a deliver time
             or len(body) > self.config.max_message_size
@@ -492,11 +537,14 @@ class MessageStore:
                 store_host, reconsume_times)
         key = (topic, queue_id)
         queue_offset = self._queue_offsets.get(key, 0)
-        unit_file = queue.next_unit_file(queue_offset)
         commitlog_file = files[-1]
         pos = commitlog_file.wrote_position
         phy_offset = commitlog_file.file_from_offset + pos
-        if unit_file is None or self._reput_from != phy_offset:
+        follows = self.confirm_follows_max
+        # Following the log, the unit is written with the record (inline dispatch); else it
+        # waits for confirmOffset (`_appended`) and dispatch_pending writes it.
+        unit_file = queue.next_unit_file(queue_offset) if follows else None
+        if follows and (unit_file is None or self._reput_from != phy_offset):
             return self._append_fields_general(
                 topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                 store_host, reconsume_times)
@@ -509,8 +557,8 @@ class MessageStore:
             # `_store_timestamp`, in C: the clock is read only for a record C writes.
             self.wall_ms, self._last_store_timestamp,
             # With fault points on, `put` writes the unit after them, as dispatch would.
-            None if faults else unit_file.buf,
-            queue_offset * CQ_UNIT_SIZE - unit_file.file_from_offset,
+            None if faults or unit_file is None else unit_file.buf,
+            0 if unit_file is None else queue_offset * CQ_UNIT_SIZE - unit_file.file_from_offset,
         )
         if written is None:  # not C's message, or the file must roll: nothing was written
             return self._append_fields_general(
@@ -523,6 +571,14 @@ class MessageStore:
         commitlog_file.wrote_position = pos + size
         self._queue_offsets[key] = queue_offset + 1
         end = phy_offset + size
+        if not follows:
+            self._keep_appended(phy_offset, _new_tuple(_Appended, (
+                end, phy_offset, size, topic, queue_id, True, queue_offset, tags_code,
+                store_timestamp)))
+            if queue.spare_wanted() is not None:
+                self._want_spare(queue)
+            return _new_tuple(AppendResult, (phy_offset, size, queue_offset, 1,
+                                             store_timestamp, tags_code))
         self._confirm_offset = end
         if faults:
             try:
@@ -582,7 +638,9 @@ class MessageStore:
             batch, first_queue_offset=queue_offset, store_timestamp=store_timestamp
         )
         self._queue_offsets[key] = queue_offset + batch.count
-        if self.confirm_follows_max:
+        if not self.confirm_follows_max:
+            self._appended.clear()  # a batch's units: the scan's, from the reput offset
+        else:
             end = phy_offset + batch.total_size
             self._confirm_offset = end
             if self._reput_from != phy_offset or batch.topic == SCHEDULE_TOPIC:
@@ -820,16 +878,33 @@ class MessageStore:
             self.confirm_offset
         count = 0
         touched = set() if touched is None else touched
+        appended = self._appended
+        if appended and self._appended_from < self._reput_from:
+            appended.clear()  # a walk (dispatch_in_thread) went past their start: its records
+        # The records before the kept ones are read (the scan); the kept ones are not.
+        scan_to = min(bound, self._appended_from) if appended else bound
 
         def on_record(check: RecordCheck) -> None:
             nonlocal count
             count += self._dispatcher.dispatch_live(check)
             touched.add((check.topic, check.queue_id))
 
-        if bound - self._reput_from >= BULK_DISPATCH_BYTES:
-            self._reput_from = self._dispatch_bulk(self._reput_from, bound, touched)
-        if self._reput_from < bound:
-            self._reput_from = self._scan_range(self._reput_from, bound, on_record)
+        if scan_to - self._reput_from >= BULK_DISPATCH_BYTES:
+            self._reput_from = self._dispatch_bulk(self._reput_from, scan_to, touched)
+        if self._reput_from < scan_to:
+            self._reput_from = self._scan_range(self._reput_from, scan_to, on_record)
+        if appended and self._reput_from == self._appended_from:
+            dispatcher = self._dispatcher
+            get_queue = self.consume_queues.get_or_create
+            while appended and appended[0].end <= bound:
+                record = appended.popleft()
+                if record.unit:
+                    count += dispatcher.dispatch_appended(
+                        get_queue(record.topic, record.queue_id), record.queue_offset,
+                        record.phy_offset, record.size, record.tags_code,
+                        record.store_timestamp)
+                touched.add((record.topic, record.queue_id))  # (as the scan does)
+                self._reput_from = self._appended_from = record.end
         if self._dispatcher.skipped:
             self._realign_skipped_queues()
         listener = self.arrival_listener
@@ -1018,6 +1093,7 @@ class MessageStore:
         if checkpoint.confirm_phy_offset > phy_offset or (on_disk and on_disk >= phy_offset):
             write_checkpoint(self._checkpoint_path, replace(
                 checkpoint, confirm_phy_offset=min(checkpoint.confirm_phy_offset, phy_offset)))
+        self._appended.clear()
         self.consume_queues.truncate_by_phy(phy_offset)
         self.commitlog.truncate_dirty(phy_offset)
         trimmed = self.epoch_cache.truncate_suffix_by_offset(phy_offset)
@@ -1062,6 +1138,7 @@ class MessageStore:
             raise DiskFullError(
                 f"disk use above {self.config.disk_space_warning_level_ratio}%: writes refused"
             )
+        self._appended.clear()  # (a slave keeps none: its bytes are the master's)
         self.commitlog.append_raw_run(phy_offset, parts)
         wakeup = self._allocate_wakeup
         if wakeup is not None and not wakeup.is_set() and (

@@ -101,12 +101,16 @@ async def put_prepared(target: MessageStore, fields: dict[str, Any]) -> AppendRe
         max_message_size=target.config.max_message_size))).append
 
 
-async def run(root: Path, append: Append, plan: list[dict[str, Any]]) -> tuple[
-        list[object], dict[str, bytes]]:
+async def run(root: Path, append: Append, plan: list[dict[str, Any]], *,
+              controller: bool = False) -> tuple[list[object], dict[str, bytes]]:
+    """`controller`: confirmOffset set by hand (a master with replicas), to the log's end after
+    every 37th send, so units are written later than their records."""
     clock = itertools.count(1_700_000_000_000)
-    target = MessageStore(replace(small_config(root), mapped_file_size_consume_queue=20 * 30),
+    target = MessageStore(replace(small_config(root, enable_controller_mode=controller),
+                                  mapped_file_size_consume_queue=20 * 30),
                           wall_ms=lambda: next(clock))
     target.open()
+    target.confirm_follows_max = not controller
     results: list[object] = []
     for index, fields in enumerate(plan):
         target.fenced = index % 97 == 50  # refused writes, now and then
@@ -114,7 +118,11 @@ async def run(root: Path, append: Append, plan: list[dict[str, Any]]) -> tuple[
             results.append(await append(target, fields))
         except StoreError as err:
             results.append(f"{type(err).__name__}: {err}")
+        if controller and index % 37 == 36:
+            target.set_confirm_offset(target.max_phy_offset)
     target.fenced = False
+    if controller:
+        target.set_confirm_offset(target.max_phy_offset)
     target.close()
     return results, store_files(root)
 
@@ -125,13 +133,14 @@ def store_files(root: Path) -> dict[str, bytes]:
             if path.is_file() and ("commitlog" in path.parts or "consumequeue" in path.parts)}
 
 
+@pytest.mark.parametrize("controller", [False, True], ids=["follows", "controller"])
 @pytest.mark.parametrize("with_c", [True, False], ids=["c", "python"])
 @pytest.mark.parametrize(("fields", "prepared"), [(by_fields, by_prepare),
                                                   (put_fields, put_prepared)],
                          ids=["append", "put"])
 async def test_append_message_fields_stores_what_prepare_and_append_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_c: bool, fields: Append,
-    prepared: Append,
+    prepared: Append, controller: bool,
 ) -> None:
     assert native is not None, "store._native is not built"
     if not with_c:
@@ -141,8 +150,9 @@ async def test_append_message_fields_stores_what_prepare_and_append_store(
             monkeypatch.setattr(module, "_native", None)
     plan = sends(seed=13, count=600)
     async with asyncio.timeout(60):
-        got, got_files = await run(tmp_path / "fields", fields, plan)
-        expected, expected_files = await run(tmp_path / "prepare", prepared, plan)
+        got, got_files = await run(tmp_path / "fields", fields, plan, controller=controller)
+        expected, expected_files = await run(tmp_path / "prepare", prepared, plan,
+                                             controller=controller)
     assert got == expected
     assert got_files == expected_files
     refused = [r for r in got if isinstance(r, str)]
@@ -179,4 +189,43 @@ def test_append_message_fields_takes_the_common_message_in_one_c_call(
     assert len(prepared) == 1 + 2 + 1
     assert [r.queue_offset for r in results] == list(range(1, 151))
     assert first.tags_code == results[0].tags_code == 97  # "a".hashCode()
+    target.close()
+
+
+def test_a_master_in_controller_mode_takes_the_c_call_and_writes_units_at_confirm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With confirmOffset set by the HA layer the C call writes the record only; its unit is
+    written from the kept fields once confirmOffset reaches it (no second read)."""
+    assert native is not None, "store._native is not built"
+    prepared: list[str] = []
+
+    def spy(**fields: Any) -> object:
+        prepared.append(fields["topic"])
+        return prepare_message(**fields)
+
+    monkeypatch.setattr(store.message_store, "prepare_message", spy)
+    target = MessageStore(small_config(tmp_path, enable_controller_mode=True))
+    target.open()
+    target.confirm_follows_max = False
+    common: dict[str, Any] = {"topic": "TopicTest", "queue_id": 0, "flag": 0, "body": b"x" * 100,
+              "properties": encode_properties({"TAGS": "a", "UNIQ_KEY": "K"}), "sys_flag": 0,
+              "born_timestamp": 1, "born_host": BORN_HOST, "store_host": STORE_HOST}
+    target.append_message_fields(**common)  # a new queue: handed over
+    results = [target.append_message_fields(**common) for _ in range(20)]
+    assert prepared == ["TopicTest"]
+    assert target.max_offset_in_queue("TopicTest", 0) == 0  # nothing confirmed yet
+
+    def no_read(*args: object, **kwargs: object) -> int:
+        raise AssertionError("dispatch read a record back")
+
+    monkeypatch.setattr(target, "_scan_range", no_read)
+    monkeypatch.setattr(target, "_dispatch_bulk", no_read)
+    target.set_confirm_offset(results[9].end_offset)
+    assert target.max_offset_in_queue("TopicTest", 0) == 11
+    target.set_confirm_offset(target.max_phy_offset)
+    assert target.max_offset_in_queue("TopicTest", 0) == 21
+    queue = target.queue("TopicTest", 0)
+    assert queue is not None
+    assert queue.unit_at(20) == (results[-1].phy_offset, results[-1].wrote_bytes, 97)
     target.close()

@@ -1,5 +1,6 @@
 """Bulk live dispatch (a slave's received range, a backlog reaching confirmOffset) writes exactly
-the units the per-record dispatch writes, and skips and counts exactly the same records.
+the units the per-record dispatch writes, and skips and counts exactly the same records; so does
+a master's dispatch of the records it kept from their appends (`MessageStore._appended`).
 
 Two levels: the dispatcher over arbitrary record fields (duplicates, gaps, non-dispatched
 transaction types, the schedule topic, a queue that already holds units), and the store over
@@ -23,7 +24,7 @@ from store.message_store import MessageStore
 from store.record_check import CheckStatus, RecordCheck
 from store.recovery import RecordBatch
 from store.schedule import SCHEDULE_TOPIC
-from tests.support.store_helpers import message, small_config
+from tests.support.store_helpers import batch, message, small_config
 
 TOPICS = ("TopicA", "TopicB", SCHEDULE_TOPIC)
 SYS_FLAGS = (0, 0, 0, 0x4, 0x8, 0xC)  # NOT (mostly), PREPARED, COMMIT, ROLLBACK
@@ -112,19 +113,26 @@ def _store_state(store: MessageStore) -> tuple[object, ...]:
 def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
                                                sizes: list[tuple[int, int]],
                                                steps: list[int]) -> None:
-    """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files)."""
+    """confirmOffset moves in arbitrary steps (inside records, across 64 KiB files). Three
+    stores: the scan record by record, the scan in bulk, and the kept records (no scan)."""
     root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
     stores = []
-    for name in ("one", "bulk"):
+    for name in ("one", "bulk", "kept"):
         store = MessageStore(small_config(root / name, enable_controller_mode=True))
         store.open()
         store.confirm_follows_max = False
         for kind, size in sizes:
             topic = TOPICS[kind % 2]
-            store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
-                                         tags=f"t{kind}"))
+            if kind == 5:  # a batch: its units are the scan's
+                store.append_batch(batch([b"c" * size, b"d" * (size // 2)], topic=topic,
+                                         queue_id=kind % 3))
+            else:  # kind 4: PREPARED, no unit
+                store.append_message(message(b"b" * size, topic=topic, queue_id=kind % 3,
+                                             tags=f"t{kind}", sys_flag=0x4 if kind == 4 else 0))
+        if name != "kept" and store._appended:
+            store._appended.clear()  # dispatch by scan, from the reput offset
         stores.append(store)
-    arrivals: list[list[tuple[str, int, int]]] = [[], []]
+    arrivals: list[list[tuple[str, int, int]]] = [[], [], []]
     try:
         for store, seen in zip(stores, arrivals, strict=True):
             store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
@@ -134,17 +142,19 @@ def test_store_bulk_dispatch_equals_per_record(tmp_path_factory: object,
         confirm = 0
         for step in [*steps, end]:
             confirm = min(end, confirm + step)
-            for store, threshold in zip(stores, (1 << 62, 0), strict=True):
+            for store, threshold in zip(stores, (1 << 62, 0, 0), strict=True):
                 setattr(message_store_module, "BULK_DISPATCH_BYTES", threshold)  # noqa: B010
                 try:
                     store.set_confirm_offset(confirm)
                 finally:
                     setattr(message_store_module, "BULK_DISPATCH_BYTES", original)  # noqa: B010
-            assert _store_state(stores[1]) == _store_state(stores[0])
-            assert sorted(arrivals[1]) == sorted(arrivals[0])
-            arrivals[0].clear()
-            arrivals[1].clear()
+            for other in (1, 2):
+                assert _store_state(stores[other]) == _store_state(stores[0])
+                assert sorted(arrivals[other]) == sorted(arrivals[0])
+            for seen in arrivals:
+                seen.clear()
         assert stores[1].dispatch_behind_bytes == 0
+        assert stores[2].dispatch_behind_bytes == 0
     finally:
         for store in stores:
             store.close()
@@ -158,6 +168,7 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         store.confirm_follows_max = False
         for index in range(100):
             store.append_message(message(b"x" * 1000, queue_id=index % 2))
+        store._appended.clear()  # not the kept records: the scan from the reput offset
         calls: list[int] = []
         original = store._dispatch_bulk
 
@@ -173,3 +184,66 @@ def test_store_bulk_dispatch_is_used_above_the_threshold(tmp_path: Path) -> None
         assert store.max_offset_in_queue("TopicTest", 1) == 50
     finally:
         store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 8), st.integers(10, 3000), st.floats(0, 1)),
+                    min_size=1, max_size=120))
+def test_store_kept_dispatch_equals_the_scan_with_appends_between(
+    tmp_path_factory: object, ops: list[tuple[int, int, float]],
+) -> None:
+    """Appends (single, PREPARED, batch), confirmOffset moves (inside records too) and
+    truncations interleaved: the store that keeps its appends writes the same units, tells the
+    arrival listener of the same queues and gives the same queue offsets as one that reads
+    every record back."""
+    root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
+    stores = []
+    for name in ("scan", "kept"):
+        store = MessageStore(small_config(root / name, enable_controller_mode=True))
+        store.open()
+        store.confirm_follows_max = False
+        stores.append(store)
+    scan, kept = stores
+    scan._keep_appended = lambda log_end, record: scan._appended.clear()  # type: ignore[method-assign]
+    arrivals: list[list[tuple[str, int, int]]] = [[], []]
+    for store, seen in zip(stores, arrivals, strict=True):
+        store.arrival_listener = lambda t, q, o, seen=seen: seen.append((t, q, o))
+    try:
+        last_start: int | None = None
+        for kind, size, where in ops:
+            results = []
+            for store in stores:
+                topic = TOPICS[kind % 2]
+                if kind == 5:
+                    result = store.append_batch(batch([b"c" * size, b"d" * (size // 2)],
+                                                      topic=topic, queue_id=kind % 3))
+                elif kind == 6:  # confirmOffset moves, to a record end or inside a record
+                    confirm = store.confirm_offset
+                    store.set_confirm_offset(confirm + int(where * (store.max_phy_offset -
+                                                                    confirm)))
+                    continue
+                elif kind == 7:  # a cut at the last record's start, when above confirmOffset
+                    if last_start is not None and last_start >= store.confirm_offset:
+                        store.truncate_to_blocking(last_start)
+                    continue
+                else:  # kind 4: PREPARED, no unit
+                    result = store.append_message(message(
+                        b"b" * size, topic=topic, queue_id=kind % 3, tags=f"t{kind}",
+                        sys_flag=0x4 if kind == 4 else 0))
+                results.append((result.phy_offset, result.queue_offset))
+            if kind == 7:
+                last_start = None
+            elif kind != 6:
+                assert results[0] == results[1]
+                last_start = results[0][0]
+            assert _store_state(kept) == _store_state(scan)
+            assert sorted(arrivals[1]) == sorted(arrivals[0])
+            for seen in arrivals:
+                seen.clear()
+        for store in stores:
+            store.set_confirm_offset(store.max_phy_offset)
+        assert _store_state(kept) == _store_state(scan)
+        assert kept.dispatch_behind_bytes == 0
+    finally:
+        for store in stores:
+            store.close()

@@ -199,6 +199,29 @@ def test_master_ships_a_new_confirm_offset_without_waiting_for_the_heartbeat() -
                               heartbeat_interval_ms=5000) == TransferHeader(0, 100, 1, 0, 100)
 
 
+def test_master_ships_a_moved_confirm_offset_once_the_connection_is_idle() -> None:
+    """With `confirm_idle_ms`, a moved confirmOffset waits for the connection to have written
+    nothing for that long (a data frame meanwhile carries it)."""
+    conn = MasterConnectionProtocol("slave", now_ms=0, confirm_idle_ms=2)
+    conn.receive(SlaveHandshake(False, False, 2), replica_ids=REPLICAS, store=view(100))
+    assert conn.handshake_reply(view(100)) is not None
+    conn.receive(SlaveAck(100), replica_ids=REPLICAS, store=view(100))
+    assert conn.next_transfer(view(100, confirm=100), now_ms=10, batch_size=100,
+                              heartbeat_interval_ms=5000) == TransferHeader(0, 100, 1, 0, 100)
+    conn.wrote(10)
+    assert conn.next_transfer(view(150, confirm=120), now_ms=11, batch_size=100,
+                              heartbeat_interval_ms=5000) == TransferHeader(50, 100, 1, 0, 120)
+    conn.wrote(11)
+    moved = view(150, confirm=150)
+    assert conn.next_transfer(moved, now_ms=12, batch_size=100, heartbeat_interval_ms=5000) \
+        is None
+    assert conn.next_transfer(moved, now_ms=13, batch_size=100, heartbeat_interval_ms=5000) \
+        == TransferHeader(0, 150, 1, 0, 150)
+    conn.wrote(13)
+    assert conn.next_transfer(moved, now_ms=20, batch_size=100, heartbeat_interval_ms=5000) \
+        is None
+
+
 def test_master_picks_up_a_new_epoch_on_a_live_connection() -> None:
     """5.5.0 behaviour (§14 item 12): data of a later epoch carries the new label at once."""
     conn = transferring(view(100), ack=100)
