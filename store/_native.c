@@ -40,6 +40,8 @@
 /* The `__CRC32#` property reservation at the end of PROPERTIES: name, 0x01, 10 digits, 0x02. */
 #define CRC_RESERVED_BYTES 20
 #define CRC_MASK 0x7FFFFFFFu
+/* tags_codes: a value with a non-ASCII byte, hashed by the caller (Java hashes are int32). */
+#define TAGS_NOT_ASCII (-((int64_t)1 << 62))
 static const char CRC_KEY[] = "__CRC32#\x01"; /* the property's name and 0x01: 9 bytes */
 
 /* ------------------------------------------------------------------ CRC-32, slicing-by-8 */
@@ -1518,6 +1520,163 @@ native_encode_properties(PyObject *module, PyObject *props)
     return result;
 }
 
+/* ---------------------------------------------------------------- walk and TAGS (recovery) */
+
+PyDoc_STRVAR(walk_records_doc,
+"walk_records(buf, pos, file_size, magic_v1, magic_v2, size_min, /) -> (bytes, int)\n\n"
+"recovery._walk: follow TOTALSIZE from pos while the magic is V1 or V2 and the size fits in\n"
+"[size_min, file_size - pos]; the record positions (native int64) and where it stopped.");
+
+static PyObject *
+native_walk_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "walk_records takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long pos = PyLong_AsLongLong(args[1]);
+    long long file_size = PyLong_AsLongLong(args[2]);
+    long magic_v1 = PyLong_AsLong(args[3]);
+    long magic_v2 = PyLong_AsLong(args[4]);
+    long long size_min = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (file_size > buf.len || pos < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_Format(PyExc_ValueError, "walk_records: file_size %lld or pos %lld outside the "
+                     "buffer of %zd bytes", file_size, pos, buf.len);
+        return NULL;
+    }
+    const uint8_t *b = buf.buf;
+    size_t capacity = 1024, count = 0;
+    int64_t *out = PyMem_RawMalloc(capacity * sizeof(int64_t));
+    int oom = out == NULL;
+    Py_BEGIN_ALLOW_THREADS /* a whole segment: up to millions of records */
+    while (!oom && pos + 8 <= file_size) {
+        int32_t size = (int32_t)get_be32(b + pos);
+        int32_t magic = (int32_t)get_be32(b + pos + 4);
+        if ((magic != (int32_t)magic_v1 && magic != (int32_t)magic_v2) || size < size_min ||
+            size > file_size - pos)
+            break;
+        if (count == capacity) {
+            int64_t *grown = PyMem_RawRealloc(out, 2 * capacity * sizeof(int64_t));
+            if (grown == NULL) {
+                oom = 1;
+                break;
+            }
+            out = grown;
+            capacity *= 2;
+        }
+        out[count++] = pos;
+        pos += size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (oom) {
+        PyMem_RawFree(out);
+        return PyErr_NoMemory();
+    }
+    PyObject *positions = PyBytes_FromStringAndSize((const char *)out,
+                                                    (Py_ssize_t)(count * sizeof(int64_t)));
+    PyMem_RawFree(out);
+    if (positions == NULL)
+        return NULL;
+    return Py_BuildValue("(NL)", positions, pos);
+}
+
+/* Java's String.hashCode of an ASCII value; -1 as a flag (hashes are int32) if a byte is not
+ * ASCII: the caller decodes those (UTF-8 with replacement, then UTF-16 code units). */
+static int64_t
+ascii_java_hash(const uint8_t *value, size_t length)
+{
+    uint32_t h = 0;
+    for (size_t i = 0; i < length; i++) {
+        if (value[i] >= 0x80)
+            return TAGS_NOT_ASCII;
+        h = 31 * h + value[i];
+    }
+    return (int64_t)(int32_t)h;
+}
+
+PyDoc_STRVAR(tags_codes_doc,
+"tags_codes(buf, starts, ends, /) -> bytes\n\n"
+"recovery._tags_value and its Java hash for each properties range buf[starts[i]:ends[i]]\n"
+"(native int64 arrays): the last TAGS\\x01 at a segment start with a non-empty value, up to\n"
+"the next 0x02; 0 where there is none. A value with a non-ASCII byte gives TAGS_NOT_ASCII\n"
+"(-2**62) for the caller to hash. Native int64 codes.");
+
+static PyObject *
+native_tags_codes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "tags_codes takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer buf, starts, ends;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &starts, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &ends, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!is_native_int(&starts, 8, "starts") || !is_native_int(&ends, 8, "ends"))
+        goto done;
+    Py_ssize_t count = starts.len / 8;
+    if (ends.len / 8 != count) {
+        PyErr_Format(PyExc_ValueError, "%zd starts but %zd ends", count, ends.len / 8);
+        goto done;
+    }
+    const int64_t *start = starts.buf, *end = ends.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (start[i] < 0 || end[i] < start[i] || end[i] > buf.len) {
+            PyErr_Format(PyExc_ValueError, "tags_codes: range %zd [%lld, %lld) outside the "
+                         "buffer of %zd bytes", i, (long long)start[i], (long long)end[i],
+                         buf.len);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, count * 8);
+    if (result == NULL)
+        goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    const uint8_t *b = buf.buf;
+    static const uint8_t key[] = {'T', 'A', 'G', 'S', 1};
+    const Py_ssize_t key_length = sizeof key;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t code = 0;
+        for (Py_ssize_t at = end[i] - key_length; at >= start[i]; at--) {
+            if (memcmp(b + at, key, key_length) != 0 || (at != start[i] && b[at - 1] != 2))
+                continue;
+            const uint8_t *value = b + at + key_length;
+            const uint8_t *stop = memchr(value, 2, (size_t)(end[i] - (at + key_length)));
+            size_t length = (size_t)((stop ? stop : b + end[i]) - value);
+            if (length) {
+                code = ascii_java_hash(value, length);
+                break;
+            }
+        }
+        out[i] = code;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
@@ -1541,6 +1700,10 @@ static PyMethodDef native_methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))native_crc32, METH_FASTCALL, crc32_doc},
     {"write_batch", (PyCFunction)(void (*)(void))native_write_batch, METH_FASTCALL,
      write_batch_doc},
+    {"walk_records", (PyCFunction)(void (*)(void))native_walk_records, METH_FASTCALL,
+     walk_records_doc},
+    {"tags_codes", (PyCFunction)(void (*)(void))native_tags_codes, METH_FASTCALL,
+     tags_codes_doc},
     {NULL, NULL, 0, NULL},
 };
 

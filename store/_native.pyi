@@ -99,3 +99,15 @@ def records_surely_valid(
     verify_prop_crc: bool,
     /,
 ) -> bytes: ...
+def walk_records(
+    buf: Buffer,
+    pos: int,
+    file_size: int,
+    magic_v1: int,
+    magic_v2: int,
+    size_min: int,
+    /,
+) -> tuple[bytes, int]: ...
+def tags_codes(
+    buf: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], /
+) -> bytes: ...

@@ -202,6 +202,8 @@ class RecordBatch:
 
 
 _TAGS_KEY: Final = b"TAGS\x01"
+# `store._native.tags_codes`' mark of a value with a non-ASCII byte (Java hashes are int32).
+_TAGS_NOT_ASCII: Final = -(1 << 62)
 _PEEL_TOPICS_MAX: Final = 16
 
 
@@ -254,21 +256,36 @@ def record_batch(buf: Buffer, pos: npt.NDArray[np.int64], size: npt.NDArray[np.i
         )
     finally:
         del u8
-    properties_start = (topic_start + topic_length + 2).tolist()
-    ends = (pos + size).tolist()
+    properties_start = topic_start + topic_length + 2
+    ends = pos + size
+    return RecordBatch(
+        tuple(topics), topic_index, fields[0], fields[1], pos + file_from_offset, size,
+        fields[2], fields[3], _tags_codes(buf, properties_start, ends),
+    )
+
+
+def _tags_codes(buf: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+                ) -> npt.NDArray[np.int64]:
+    """The tagsCode of each properties range buf[starts[i]:ends[i]] (`_tags_value`, hashed).
+    In C for ASCII values when `store._native` is built (`tags_codes`, without the GIL); the
+    others (and every value without it) here, each distinct value hashed once."""
+    codes: npt.NDArray[np.int64]
+    if _native is not None:
+        codes = np.frombuffer(_native.tags_codes(buf, starts, ends), dtype=np.int64).copy()
+        todo = np.flatnonzero(codes == _TAGS_NOT_ASCII)
+    else:
+        codes = np.zeros(len(starts), dtype=np.int64)
+        todo = np.arange(len(starts))
     memo: dict[bytes | None, int] = {None: 0}
-    codes = []
-    for start, end in zip(properties_start, ends, strict=True):
+    for index, start, end in zip(todo.tolist(), starts[todo].tolist(), ends[todo].tolist(),
+                                 strict=True):
         value = _tags_value(buf, start, end)
         code = memo.get(value)
         if code is None:
             code = memo[value] = java_string_hash(value.decode("utf-8", "replace")) if value \
                 else 0
-        codes.append(code)
-    return RecordBatch(
-        tuple(topics), topic_index, fields[0], fields[1], pos + file_from_offset, size,
-        fields[2], fields[3], np.array(codes, dtype=np.int64),
-    )
+        codes[index] = code
+    return codes
 
 
 def _known_chain(
@@ -301,7 +318,12 @@ def _known_chain(
 
 def _walk(buf: Buffer, pos: int, file_size: int) -> tuple[list[int], int]:
     """Follow TOTALSIZE from `pos` while the magic is V1/V2 and the size fits; returns the
-    record positions and where the walk stopped (a BLANK, bad bytes, or the end)."""
+    record positions and where the walk stopped (a BLANK, bad bytes, or the end). In C when
+    `store._native` is built (`walk_records`, without the GIL), else the loop below."""
+    if _native is not None:
+        found, end = _native.walk_records(buf, pos, file_size, MAGIC_CODE_V1, MAGIC_CODE_V2,
+                                          _V4_RECORD_BYTES_MIN)
+        return np.frombuffer(found, dtype=np.int64).tolist(), end
     unpack = _SIZE_MAGIC.unpack_from
     positions: list[int] = []
     append = positions.append

@@ -411,3 +411,30 @@ def test_encode_batch_reads_no_further_than_a_short_last_segment(properties: byt
     slow = prepare_batch(inner=[(0, b"x", properties)], **kwargs)  # type: ignore[arg-type]
     assert fast.template == slow.template
     assert fast.tags_codes.tolist() == slow.tags_codes.tolist()
+
+
+def test_walk_records_and_tags_codes_refuse_ranges_outside_the_buffer() -> None:
+    assert native is not None
+    buf = bytearray(64)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.walk_records(buf, 0, 65, MAGIC_CODE_V1, MAGIC_CODE_V1 + 1, 1)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.walk_records(buf, -1, 64, MAGIC_CODE_V1, MAGIC_CODE_V1 + 1, 1)
+    starts = np.array([0, 60], dtype=np.int64)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.tags_codes(buf, starts, np.array([10, 65], dtype=np.int64))
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.tags_codes(buf, starts, np.array([10, 59], dtype=np.int64))
+    with pytest.raises(ValueError, match="2 starts but 1 ends"):
+        native.tags_codes(buf, starts, np.array([10], dtype=np.int64))
+
+
+def test_tags_codes_hash_ascii_values_and_mark_the_others() -> None:
+    assert native is not None
+    props = [encode_properties({"TAGS": "TagA"}), encode_properties({"KEYS": "k"}),
+             encode_properties({"TAGS": "Tag\u00e9"}), b"XTAGS\x01no\x02TAGS\x01\x02"]
+    buf = b"".join(props)
+    ends = np.cumsum([len(p) for p in props]).astype(np.int64)
+    starts = ends - np.array([len(p) for p in props], dtype=np.int64)
+    codes = np.frombuffer(native.tags_codes(buf, starts, ends), dtype=np.int64).tolist()
+    assert codes == [java_string_hash("TagA"), 0, -(1 << 62), 0]
