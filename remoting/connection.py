@@ -334,8 +334,11 @@ class RemotingConnection(asyncio.Protocol):
             self._out.append(command.body)
             self._out_bytes += len(command.body)
         self._last_activity = self._loop.time()
-        if self._out_bytes > self._limits.write_buffer_high_bytes:
-            # Hand it to the transport now, so its high-water mark sees it and pauses us.
+        if self.write_buffer_bytes > self._limits.write_buffer_high_bytes:
+            # Hand it to the transport now, so its high-water mark sees it and pauses us. What
+            # the transport already holds counts too: responses coalescing here on top of a
+            # transport just below its mark overshot it by up to the mark again (a flood test
+            # saw 16 KiB past the bound of one write plus the handlers in flight).
             self._flush()
         elif not self._flush_scheduled:
             # One transport write per loop iteration instead of one per frame: several times
