@@ -13,51 +13,27 @@ Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end
 from __future__ import annotations
 
 import asyncio
-import itertools
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import uvloop
 
-from benchmarks.replication_parts import Receiver, Ticker, broker_heap, ha_config, store_config
-from ha.service import AutoSwitchHAService
-from store.message_store import MessageStore
+from benchmarks.replication_parts import Receiver, Ticker, broker_heap, empty_slave, replicate
 
 
 async def slave(root: Path, port: int, end: int) -> None:
-    store = MessageStore(store_config(root))
-    await asyncio.to_thread(store.open)
-    store_run = asyncio.create_task(store.run())  # as in the broker: pre-faulting, allocation
-    service = AutoSwitchHAService(store, ha_config(2), replica_ids=lambda: {1, 2},
-                                  propose_sync_state_set=lambda *_: None)
-    try:
+    async with empty_slave(root) as (store, service):
         with broker_heap():  # started up: as a broker process, from here on
-            await _replicate(store, service, port, end)
-    finally:
-        await service.close()
-        store_run.cancel()
-        await asyncio.gather(store_run, return_exceptions=True)
-        await asyncio.to_thread(store.close)
-        shutil.rmtree(root)
-
-
-async def _replicate(store: MessageStore, service: AutoSwitchHAService, port: int,
-                     end: int) -> None:
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    ticker = Ticker()
-    cpu_started = time.process_time()
-    ticker.start()
-    await service.become_slave(("127.0.0.1", port), 1)
-    for _ in itertools.count():  # polled, as in the one-process shape
-        if store.max_phy_offset >= end:
-            break
-        await asyncio.sleep(0.005)
-    cpu_seconds = time.process_time() - cpu_started
-    await ticker.stop()
-    print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
+            ticker = Ticker()
+            cpu_started = time.process_time()
+            ticker.start()
+            await replicate(store, service, port, end)
+            cpu_seconds = time.process_time() - cpu_started
+            await ticker.stop()
+            print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
 
 
 async def receiver(size: int) -> None:

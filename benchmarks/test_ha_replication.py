@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import shutil
 import statistics
 import sys
 import time
@@ -48,7 +46,9 @@ from benchmarks.replication_parts import (
     Receiver,
     Ticker,
     broker_heap,
+    empty_slave,
     ha_config,
+    replicate,
     store_config,
 )
 from ha.connection import YIELD_EVERY_BYTES
@@ -99,32 +99,16 @@ class Shape:
 
 async def _replicate_in_loop(master: MessageStore, service: AutoSwitchHAService,
                              root: Path) -> Run:
-    slave = MessageStore(store_config(root))
-    await asyncio.to_thread(slave.open)
-    slave_run = asyncio.create_task(slave.run())  # as in the broker: pre-faulting, allocation
-    slave_service = AutoSwitchHAService(slave, ha_config(2), replica_ids=lambda: {1, 2},
-                                        propose_sync_state_set=lambda *_: None)
-    end = master.max_phy_offset
-    ticker = Ticker()
-    try:
+    async with empty_slave(root) as (slave, slave_service):
+        ticker = Ticker()
         started = time.perf_counter()
         cpu_started = time.process_time()
         ticker.start()
-        await slave_service.become_slave(("127.0.0.1", service.ha_port), 1)
-        for _ in itertools.count():  # polled: the figure is the time to the last byte
-            if slave.max_phy_offset >= end:
-                break
-            await asyncio.sleep(0.005)
+        await replicate(slave, slave_service, service.ha_port, master.max_phy_offset)
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu_started
         await ticker.stop()
         return Run(seconds, cpu_seconds, ticker.worst_s)
-    finally:
-        await slave_service.close()
-        slave_run.cancel()
-        await asyncio.gather(slave_run, return_exceptions=True)
-        await asyncio.to_thread(slave.close)
-        shutil.rmtree(root)
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
