@@ -162,12 +162,8 @@ async def test_append_message_fields_stores_what_prepare_and_append_store(
     assert sum(name.startswith("consumequeue/TopicTest/0/") for name in got_files) > 3
 
 
-def test_append_message_fields_takes_the_common_message_in_one_c_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fast path is taken (the benchmark's message never goes through prepare_message),
-    and a message it cannot take is handed over."""
-    assert native is not None, "store._native is not built"
+def spy_on_prepare_message(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The topics of the messages the store hands to `prepare_message` (the Python path)."""
     prepared: list[str] = []
 
     def spy(**fields: Any) -> object:
@@ -175,6 +171,16 @@ def test_append_message_fields_takes_the_common_message_in_one_c_call(
         return prepare_message(**fields)
 
     monkeypatch.setattr(store.message_store, "prepare_message", spy)
+    return prepared
+
+
+def test_append_message_fields_takes_the_common_message_in_one_c_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path is taken (the benchmark's message never goes through prepare_message),
+    and a message it cannot take is handed over."""
+    assert native is not None, "store._native is not built"
+    prepared = spy_on_prepare_message(monkeypatch)
     target = MessageStore(small_config(tmp_path))
     target.open()
     common: dict[str, Any] = {"topic": "TopicTest", "queue_id": 0, "flag": 0, "body": b"x" * 1024,
@@ -198,13 +204,7 @@ def test_a_master_in_controller_mode_takes_the_c_call_and_writes_units_at_confir
     """With confirmOffset set by the HA layer the C call writes the record only; its unit is
     written from the kept fields once confirmOffset reaches it (no second read)."""
     assert native is not None, "store._native is not built"
-    prepared: list[str] = []
-
-    def spy(**fields: Any) -> object:
-        prepared.append(fields["topic"])
-        return prepare_message(**fields)
-
-    monkeypatch.setattr(store.message_store, "prepare_message", spy)
+    prepared = spy_on_prepare_message(monkeypatch)
     target = MessageStore(small_config(tmp_path, enable_controller_mode=True))
     target.open()
     target.confirm_follows_max = False
