@@ -316,14 +316,14 @@ def _known_chain(
     return pos[:count], size[:count]
 
 
-def _walk(buf: Buffer, pos: int, file_size: int) -> tuple[list[int], int]:
+def _walk(buf: Buffer, pos: int, file_size: int) -> tuple[npt.NDArray[np.int64], int]:
     """Follow TOTALSIZE from `pos` while the magic is V1/V2 and the size fits; returns the
     record positions and where the walk stopped (a BLANK, bad bytes, or the end). In C when
     `store._native` is built (`walk_records`, without the GIL), else the loop below."""
     if _native is not None:
         found, end = _native.walk_records(buf, pos, file_size, MAGIC_CODE_V1, MAGIC_CODE_V2,
                                           _V4_RECORD_BYTES_MIN)
-        return np.frombuffer(found, dtype=np.int64).tolist(), end
+        return np.frombuffer(found, dtype=np.int64), end
     unpack = _SIZE_MAGIC.unpack_from
     positions: list[int] = []
     append = positions.append
@@ -335,7 +335,7 @@ def _walk(buf: Buffer, pos: int, file_size: int) -> tuple[list[int], int]:
             break
         append(pos)
         pos += size
-    return positions, pos
+    return np.array(positions, dtype=np.int64), pos
 
 
 def _crcs(crc: Callable[[memoryview], int], view: memoryview, starts: npt.NDArray[np.int64],
@@ -435,9 +435,8 @@ def scan_file_fast(
     try:
         chain = _known_chain(u8, known_chain, file_from_offset=file_from_offset,
                              file_size=file_size, start_pos=start_pos)
-        positions, walk_end = _walk(buf, start_pos + int(chain[1].sum()), file_size)
-        positions = chain[0].tolist() + positions
-        pos = np.array(positions, dtype=np.int64)
+        walked, walk_end = _walk(buf, start_pos + int(chain[1].sum()), file_size)
+        positions = pos = np.concatenate((chain[0], walked))
         size = _gather_be(u8, pos, 4)
         if _native is not None:  # the same check in one C pass (it also checks body CRCs)
             ok = np.frombuffer(_native.records_surely_valid(
@@ -455,9 +454,9 @@ def scan_file_fast(
     count = len(positions)
     resume = walk_end
     for index in np.flatnonzero(~ok).tolist():
-        check = exact(positions[index])
+        check = exact(int(positions[index]))
         if check.status is not CheckStatus.VALID or check.size != size[index]:
-            count, resume = index, positions[index]
+            count, resume = index, int(positions[index])
             break
     pos, size, ok = pos[:count], size[:count], ok[:count]
     if on_record is not None:
@@ -469,7 +468,7 @@ def scan_file_fast(
             need &= ~found
         if on_records is None:
             for index in np.flatnonzero(need).tolist():
-                on_record(exact(positions[index]))
+                on_record(exact(int(positions[index])))
         else:
             # Runs of vouched records go in bulk; the rest one by one, in log order.
             bulk = need & ok
@@ -482,7 +481,7 @@ def scan_file_fast(
                     on_records(record_batch(buf, pos[run], size[run],
                                             file_from_offset=file_from_offset))
                 if cut < count:
-                    on_record(exact(positions[cut]))
+                    on_record(exact(int(positions[cut])))
                 run_start = cut + 1
     # From where the fast pass stopped, the exact scan decides (BLANK, bad bytes, file end).
     tail_records: list[tuple[int, int]] = []
