@@ -139,6 +139,11 @@ async def test_master_and_two_slaves_end_byte_identical(cluster: Cluster) -> Non
         assert slave.store.epoch_cache == master.store.epoch_cache
         await wait_until(lambda s=slave: s.store.confirm_offset == end,  # type: ignore[misc]
                          timeout_s=10, what="slave confirm offset reached the end")
+        # A slave dispatches its consume queues in a worker thread after confirming: compare
+        # what a pull sees once both stores have dispatched up to the confirm offset.
+        await wait_until(lambda s=slave: s.store.dispatch_behind_bytes  # type: ignore[misc]
+                         == master.store.dispatch_behind_bytes == 0,
+                         timeout_s=10, what="both consume queues dispatched to the end")
         assert list(pulled_bodies(slave.store)) == list(pulled_bodies(master.store))
     assert master.store.confirm_offset == end
 
