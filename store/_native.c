@@ -433,6 +433,49 @@ layout_fits(Py_ssize_t ts_at, size_t size, int append_prop_crc, Py_ssize_t index
     return 1;
 }
 
+/* ------------------------------------------------------------------ buffer arguments */
+
+/* The flags for an int array argument: C-contiguous, with the format is_native_int checks. */
+#define INT_ARRAY (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+#define BUFFER_ARGS_MAX 3
+
+/* One buffer argument: the object, the caller's view to fill, the PyObject_GetBuffer flags. */
+typedef struct {
+    PyObject *obj;
+    Py_buffer *view;
+    int flags;
+} buffer_arg;
+
+/* The views a function holds: released together, last first, by buffers_release. */
+typedef struct {
+    Py_buffer *view[BUFFER_ARGS_MAX];
+    int got;
+} buffers;
+
+static void
+buffers_release(buffers *held)
+{
+    while (held->got > 0)
+        PyBuffer_Release(held->view[--held->got]);
+}
+
+/* Get the views of want[0..n), in order: 1 when all are held (the caller releases them with
+ * buffers_release); 0, with the exception set and none held, when one fails. */
+static int
+buffers_get(buffers *held, int n, const buffer_arg *want)
+{
+    assert(n <= BUFFER_ARGS_MAX);
+    held->got = 0;
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(want[i].obj, want[i].view, want[i].flags) < 0) {
+            buffers_release(held);
+            return 0;
+        }
+        held->view[held->got++] = want[i].view;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ Python functions */
 
 PyDoc_STRVAR(crc32_doc,
@@ -497,17 +540,11 @@ native_write_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
 
     Py_buffer buf, template, sizes;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 3, (const buffer_arg[]){{args[0], &buf, PyBUF_WRITABLE},
+                                                   {args[2], &template, PyBUF_SIMPLE},
+                                                   {args[3], &sizes, INT_ARRAY}}))
         return NULL;
-    if (PyObject_GetBuffer(args[2], &template, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[3], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&template);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (!is_native_int(&sizes, 4, "sizes"))
         goto done;
@@ -591,9 +628,7 @@ native_write_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     result = PyLong_FromSsize_t(total);
 done:
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&template);
-    PyBuffer_Release(&buf);
+    buffers_release(&held);
     return result;
 }
 
@@ -683,12 +718,10 @@ native_write_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred() || append_prop_crc < 0)
         return NULL;
     Py_buffer buf, template;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 2, (const buffer_arg[]){{args[0], &buf, PyBUF_WRITABLE},
+                                                   {args[2], &template, PyBUF_SIMPLE}}))
         return NULL;
-    if (PyObject_GetBuffer(args[2], &template, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     size_t size = (size_t)template.len;
     if (!layout_fits(ts_at, size, append_prop_crc, 0))
@@ -707,8 +740,7 @@ native_write_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     fill_record(out, size, queue_offset, phy_offset, store_timestamp, ts_at, append_prop_crc, crc);
     result = PyLong_FromSize_t(size);
 done:
-    PyBuffer_Release(&template);
-    PyBuffer_Release(&buf);
+    buffers_release(&held);
     return result;
 }
 
@@ -732,17 +764,11 @@ native_put_cq_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred())
         return NULL;
     Py_buffer buf, sizes, tags;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 3, (const buffer_arg[]){{args[0], &buf, PyBUF_WRITABLE},
+                                                   {args[3], &sizes, INT_ARRAY},
+                                                   {args[4], &tags, INT_ARRAY}}))
         return NULL;
-    if (PyObject_GetBuffer(args[3], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[4], &tags, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&sizes);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (!is_native_int(&sizes, 4, "sizes") || !is_native_int(&tags, 8, "tags_codes"))
         goto done;
@@ -773,9 +799,7 @@ native_put_cq_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     result = PyLong_FromLongLong(phy);
 done:
-    PyBuffer_Release(&tags);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&buf);
+    buffers_release(&held);
     return result;
 }
 
@@ -869,17 +893,11 @@ native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (PyErr_Occurred() || verify_prop_crc < 0)
         return NULL;
     Py_buffer buf, positions, sizes;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 3, (const buffer_arg[]){{args[0], &buf, PyBUF_SIMPLE},
+                                                   {args[1], &positions, INT_ARRAY},
+                                                   {args[2], &sizes, INT_ARRAY}}))
         return NULL;
-    if (PyObject_GetBuffer(args[1], &positions, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&positions);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (!is_native_int(&positions, 8, "positions") || !is_native_int(&sizes, 8, "sizes"))
         goto done;
@@ -899,9 +917,7 @@ native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t 
                                               file_from_offset + pos[i], verify_prop_crc);
     Py_END_ALLOW_THREADS
 done:
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&positions);
-    PyBuffer_Release(&buf);
+    buffers_release(&held);
     return result;
 }
 
@@ -1043,17 +1059,11 @@ native_encode_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         magic_code > INT32_MAX)
         Py_RETURN_NONE; /* Python's path names the bad field */
     Py_buffer body, middle, topic;
-    if (PyObject_GetBuffer(args[0], &body, PyBUF_SIMPLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 3, (const buffer_arg[]){{args[0], &body, PyBUF_SIMPLE},
+                                                   {args[3], &middle, PyBUF_SIMPLE},
+                                                   {args[4], &topic, PyBUF_SIMPLE}}))
         return NULL;
-    if (PyObject_GetBuffer(args[3], &middle, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&body);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[4], &topic, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&middle);
-        PyBuffer_Release(&body);
-        return NULL;
-    }
     PyObject *result = NULL, *template = NULL, *sizes = NULL, *tags = NULL, *bounds = NULL;
     const uint8_t *buf = body.buf;
     const size_t size = (size_t)body.len;
@@ -1144,9 +1154,7 @@ done:
     Py_XDECREF(sizes);
     Py_XDECREF(tags);
     Py_XDECREF(bounds);
-    PyBuffer_Release(&topic);
-    PyBuffer_Release(&middle);
-    PyBuffer_Release(&body);
+    buffers_release(&held);
     return result;
 }
 
@@ -1380,7 +1388,7 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     message_fields m;
     Py_buffer buf, cq;
-    int got_buf = 0, got_cq = 0;
+    buffers held = {.got = 0};
     PyObject *result = NULL;
     int mine = message_fields_read(args + 2, &m);
     if (mine <= 0) {
@@ -1390,18 +1398,13 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* SYSFLAG's V6 bits come from the hosts, never from the client (docs/store-format.md §3.2). */
     m.sys_flag = (m.sys_flag & ~(long long)HOST_V6_FLAGS) | (m.view[3].len == 20 ? BORN_V6 : 0) |
                  (m.view[4].len == 20 ? STORE_V6 : 0);
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0)
+    const buffer_arg want[] = {{args[0], &buf, PyBUF_WRITABLE}, {args[19], &cq, PyBUF_WRITABLE}};
+    if (!buffers_get(&held, with_unit ? 2 : 1, want))
         goto done;
-    got_buf = 1;
-    if (with_unit) {
-        if (PyObject_GetBuffer(args[19], &cq, PyBUF_WRITABLE) < 0)
-            goto done;
-        got_cq = 1;
-        if (cq_pos < 0 || cq_pos > cq.len || cq.len - cq_pos < 20) {
-            PyErr_Format(PyExc_ValueError, "a unit at %zd does not fit a %zd-byte buffer",
-                         cq_pos, cq.len);
-            goto done;
-        }
+    if (with_unit && (cq_pos < 0 || cq_pos > cq.len || cq.len - cq_pos < 20)) {
+        PyErr_Format(PyExc_ValueError, "a unit at %zd does not fit a %zd-byte buffer", cq_pos,
+                     cq.len);
+        goto done;
     }
     if (pos < 0 || pos > buf.len) {
         PyErr_Format(PyExc_ValueError, "position %zd outside a %zd-byte buffer", pos, buf.len);
@@ -1453,10 +1456,7 @@ native_append_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     result = Py_BuildValue("(nLL)", (Py_ssize_t)m.total, (long long)m.tags_code,
                            store_timestamp);
 done:
-    if (got_cq)
-        PyBuffer_Release(&cq);
-    if (got_buf)
-        PyBuffer_Release(&buf);
+    buffers_release(&held);
     message_release(&m);
     return result;
 }
@@ -1618,17 +1618,11 @@ native_tags_codes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_buffer buf, starts, ends;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+    buffers held;
+    if (!buffers_get(&held, 3, (const buffer_arg[]){{args[0], &buf, PyBUF_SIMPLE},
+                                                   {args[1], &starts, INT_ARRAY},
+                                                   {args[2], &ends, INT_ARRAY}}))
         return NULL;
-    if (PyObject_GetBuffer(args[1], &starts, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &ends, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&starts);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (!is_native_int(&starts, 8, "starts") || !is_native_int(&ends, 8, "ends"))
         goto done;
@@ -1671,9 +1665,7 @@ native_tags_codes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_END_ALLOW_THREADS
 done:
-    PyBuffer_Release(&ends);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&buf);
+    buffers_release(&held);
     return result;
 }
 

@@ -8,6 +8,7 @@ import platform
 import re
 import struct
 import zlib
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,91 @@ def test_append_message_never_takes_a_store_timestamp_below_the_last() -> None:
                                               last_store_timestamp=9))
     assert got is not None
     assert got[2] == 11
+
+
+def _not_exported(*buffers: bytearray | array[int]) -> None:
+    """Each buffer can grow again: a view the C function failed to release would make a
+    bytearray or an array refuse to resize (BufferError)."""
+    for b in buffers:
+        b.append(0)
+        b.pop()
+
+
+def test_every_refusal_releases_the_buffers_already_got() -> None:
+    assert native is not None
+    c: Any = native  # arguments the stub refuses, on purpose: None and array.array
+    encoded = batch([b"a" * 300])
+    at = encoded.store_timestamp_at
+    buf, template = bytearray(encoded.total_size), bytearray(encoded.template)
+    sizes, wide = array("i", encoded.sizes.tolist()), array("q", [encoded.total_size])
+    with pytest.raises(TypeError):
+        c.write_batch(buf, 0, None, sizes, 0, 0, 1, at, True)
+    with pytest.raises(TypeError):
+        c.write_batch(buf, 0, template, None, 0, 0, 1, at, True)
+    with pytest.raises(TypeError, match="int32"):
+        c.write_batch(buf, 0, template, wide, 0, 0, 1, at, True)
+    assert c.write_batch(buf, 0, template, sizes, 0, 0, 1, at, True) == len(template)
+    _not_exported(buf, template, sizes, wide)
+
+    with pytest.raises(TypeError):
+        c.write_record(buf, 0, None, 1, 2, 3, at, True)
+    with pytest.raises(ValueError, match="does not fit"):
+        c.write_record(buf, 1, template, 1, 2, 3, at, True)
+    assert c.write_record(buf, 0, template, 1, 2, 3, at, True) == len(template)
+    _not_exported(buf, template)
+
+    units = bytearray(20)
+    with pytest.raises(TypeError):
+        c.put_cq_units(units, 0, 0, None, wide)
+    with pytest.raises(TypeError):
+        c.put_cq_units(units, 0, 0, sizes, None)
+    with pytest.raises(TypeError, match="int64"):
+        c.put_cq_units(units, 0, 0, sizes, sizes)
+    assert c.put_cq_units(units, 0, 0, sizes, wide) == len(template)
+    _not_exported(units, sizes, wide)
+
+    starts = array("q", [0])
+    with pytest.raises(TypeError):
+        c.records_surely_valid(buf, None, wide, 0, True)
+    with pytest.raises(TypeError):
+        c.records_surely_valid(buf, starts, None, 0, True)
+    with pytest.raises(ValueError, match="1 positions but 2 sizes"):
+        c.records_surely_valid(buf, starts, array("q", [1, 2]), 0, True)
+    # The record write_record left at 0: PHYSICALOFFSET 2, both CRCs right.
+    assert c.records_surely_valid(buf, starts, wide, 2, True) == b"\x01"
+    _not_exported(buf, starts, wide)
+
+    with pytest.raises(TypeError):
+        c.tags_codes(buf, None, wide)
+    with pytest.raises(TypeError):
+        c.tags_codes(buf, starts, None)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        c.tags_codes(buf, starts, array("q", [len(buf) + 1]))
+    assert c.tags_codes(buf, starts, wide) == bytes(8)  # no TAGS property
+    _not_exported(buf, starts, wide)
+
+    body, middle, topic = bytearray(_entry(b"x", b"")), bytearray(52), bytearray(b"\x01T")
+    with pytest.raises(TypeError):
+        c.encode_batch(body, MAGIC_CODE_V1, 3, None, topic, True)
+    with pytest.raises(TypeError):
+        c.encode_batch(body, MAGIC_CODE_V1, 3, middle, None, True)
+    assert c.encode_batch(body[:-1], MAGIC_CODE_V1, 3, middle, topic, True) is None
+    assert c.encode_batch(body, MAGIC_CODE_V1, 3, middle, topic, True) is not None
+    _not_exported(body, middle, topic)
+
+    buf, cq = bytearray(400), bytearray(20)
+    with pytest.raises(BufferError):  # read-only
+        c.append_message(*_append_args(buf, 0, bytes(20), 0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not fit"):
+        c.append_message(*_append_args(buf, 0, cq, 1))
+    with pytest.raises(ValueError, match="outside"):
+        c.append_message(*_append_args(buf, 401, cq, 0))
+    with pytest.raises(ZeroDivisionError):
+        c.append_message(*_append_args(buf, 0, cq, 0, clock=lambda: 1 // 0))
+    assert c.append_message(*_append_args(buf, 390, cq, 0, clock=_no_clock)) is None
+    assert c.append_message(*_append_args(buf, 0, cq, 0)) is not None
+    assert c.append_message(*_append_args(buf, 0, None, 0)) is not None
+    _not_exported(buf, cq)
 
 
 def test_encode_properties_takes_only_a_dict_of_str() -> None:
