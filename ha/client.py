@@ -51,7 +51,11 @@ log = logging.getLogger(__name__)
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
-READ_CHUNK_BYTES: Final = 1024 * 1024
+# Up to this much is read from the socket at a time (Java's slave reads into 4 MiB too): each
+# read costs a recv, one pwritev per file, one ACK and a turn of the loop, so fewer larger reads
+# replicate a backlog faster (1 GiB in its own process: 2.2-2.6 GB/s against 1.9-2.0 with 1 MiB
+# reads, noisy host). Live traffic reads what is there, so a small write is not held back.
+READ_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # A received confirmOffset reaches the store (and its consume queues) once this many bytes are
 # owed, or this long after it arrived: dispatch then runs over one large range in bulk (one
 # vectorised pass costs about as much for 64 KiB as for 1 MiB).
