@@ -6,21 +6,18 @@ empty slave joins and the time until its commitlog ends where the master's does 
 The peer is a plain TCP stream of the same bytes (a copy of the master's commitlog; zeros would
 be the kernel's one shared zero page, always in cache), written in `haTransferBatchSize` chunks
 from a memoryview and copied by the receiver into a preallocated buffer (the slave writes into
-its commitlog). Two shapes are measured, each end of each in the same place as its counterpart:
-
-- slave and receiver in processes of their own (benchmarks/replication_child.py), the master
-  and the sender here: as a deployment runs them (a slave on another host), each process with
-  its own loop and GIL;
-- everything in one process and one event loop (uvloop), both ends of both streams: the
-  shape this benchmark had first; master and slave then share the loop, the GIL and the cores.
+its commitlog). The slave and the receiver run in processes of their own
+(benchmarks/replication_child.py), as a slave runs on a host of its own; the master and the
+sender run here. (Until 2026-11-27 a second shape ran everything in one process and one loop;
+no deployment shares a loop and a GIL between master and slave, and its figures mostly measured
+this VM's cold memory, see WARMUP_ROUNDS: it was dropped.)
 
 Every process taking part runs, once set up, with a broker process's heap settings
 (`broker.heap`: start-up heap frozen, its GC thresholds), and each sender gives its loop a turn
-every 1 MiB. Rounds alternate the shapes, and peer / replication within each; a printed ratio is
-the median of per-round ratios (this shared machine drifts). The same ratio in CPU seconds (all
-processes taking part, their worker threads included) is printed too: on a busy shared host it
-moves less than the wall-time one. Goal: >= 0.5. A first round of each is not counted
-(`WARMUP_ROUNDS`: this VM's cold memory, see there).
+every 1 MiB. Rounds alternate peer and replication; the printed ratio is the median of
+per-round ratios (this shared machine drifts). The same ratio in CPU seconds (all processes
+taking part, their worker threads included) is printed too: on a busy shared host it moves less
+than the wall-time one. Goal: >= 0.5. A first round is not counted (`WARMUP_ROUNDS`).
 
 A ticker coroutine in each event loop sleeps 1 ms and records how late it wakes: the worst
 lateness of any loop taking part during replication is the worst event-loop stall (goal < 5 ms);
@@ -34,9 +31,10 @@ import contextlib
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import uvloop
 
@@ -44,12 +42,9 @@ from benchmarks.conftest import record
 from benchmarks.replication_parts import (
     BATCH,
     FILE_BYTES,
-    Receiver,
     Ticker,
     broker_heap,
-    empty_slave,
     ha_config,
-    replicate,
     store_config,
 )
 from ha.connection import YIELD_EVERY_BYTES
@@ -68,6 +63,8 @@ WARMUP_ROUNDS: Final = 1
 REPO: Final = Path(__file__).resolve().parent.parent
 CHILD_START_TIMEOUT_S: Final = 60.0
 
+T = TypeVar("T")
+
 
 @dataclass
 class Run:
@@ -79,10 +76,9 @@ class Run:
 
 
 @dataclass
-class Shape:
-    """The runs of one shape: the plain stream (peer) and replication, round by round."""
+class Rounds:
+    """The plain stream (peer) and replication, round by round."""
 
-    name: str
     peer: list[Run] = field(default_factory=list)
     repl: list[Run] = field(default_factory=list)
 
@@ -94,28 +90,11 @@ class Shape:
         cpu_ratio = statistics.median(p.cpu_seconds / r.cpu_seconds
                                       for p, r in zip(self.peer, self.repl, strict=True))
         repl_s = statistics.median(r.seconds for r in self.repl)
-        return (f"{self.name}: {nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
+        return (f"{nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
                 f"event-loop stall {max(r.stall_s for r in self.repl) * 1000:.1f} ms (goal < 5 "
                 f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream)")
-
-
-# ------------------------------------------------------------------ one process, one loop
-
-
-async def _replicate_in_loop(master: MessageStore, service: AutoSwitchHAService,
-                             root: Path) -> Run:
-    async with empty_slave(root) as (slave, slave_service):
-        ticker = Ticker()
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        ticker.start()
-        await replicate(slave, slave_service, service.ha_port, master.max_phy_offset)
-        seconds = time.perf_counter() - started
-        cpu_seconds = time.process_time() - cpu_started
-        await ticker.stop()
-        return Run(seconds, cpu_seconds, ticker.worst_s)
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
@@ -132,44 +111,24 @@ async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
     return writer
 
 
-async def _stream_in_loop(data: memoryview) -> Run:
-    """A plain TCP stream of `data`; the receiver (same loop) copies into a buffer."""
-    # A module-level protocol class, not one defined here: a class is in a reference cycle,
-    # so a buffer its methods closed over was freed only by a later garbage collection, which
-    # then unmapped the 256 MiB during a replication round (a 19 ms "stall" of replication).
-    received = bytearray(len(data) + 256 * 1024)  # never an empty buffer at the end
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    lost: asyncio.Future[None] = loop.create_future()
-    server = await loop.create_server(
-        lambda: Receiver(received, len(data), done, lost), "127.0.0.1", 0)
-    ticker = Ticker()
-    ticker.start()
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    writer = await _send(data, server.sockets[0].getsockname()[1])
-    await done
-    seconds = time.perf_counter() - started
-    cpu_seconds = time.process_time() - cpu_started
-    await ticker.stop()
-    writer.close()
-    server.close()
-    await writer.wait_closed()
-    await lost
-    # Freed here, not whenever the transport lets go of the protocol: unmapping 1 GiB takes
-    # tens of milliseconds, which must not land in the next replication round.
-    with contextlib.suppress(BufferError):  # (none is exported once the connection is lost)
-        received.clear()
-    return Run(seconds, cpu_seconds, ticker.worst_s)
+# ------------------------------------------------------------------ the far ends
 
 
-# ------------------------------------------------------------------ far end in its own process
-
-
-async def _child(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
+@contextlib.asynccontextmanager
+async def _child(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A far end in a process of its own (benchmarks/replication_child.py): expected to exit
+    with 0 once done, killed if still running on the way out."""
+    child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.replication_child", *args, cwd=REPO,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    try:
+        yield child
+        async with asyncio.timeout(CHILD_START_TIMEOUT_S):
+            assert await child.wait() == 0
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
 
 
 async def _line(child: asyncio.subprocess.Process, word: str) -> list[str]:
@@ -180,58 +139,45 @@ async def _line(child: asyncio.subprocess.Process, word: str) -> list[str]:
     return line[1:]
 
 
-async def _finish(child: asyncio.subprocess.Process) -> None:
-    async with asyncio.timeout(CHILD_START_TIMEOUT_S):
-        assert await child.wait() == 0
+async def _measured(child: asyncio.subprocess.Process,
+                    start: Callable[[], Awaitable[T]]) -> tuple[Run, T]:
+    """`start` the transfer and wait for the child's `done` line: wall time, CPU time of both
+    processes, the worst stall of either loop (this one's ticker, the child's)."""
+    ticker = Ticker()
+    ticker.start()
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    result = await start()
+    child_cpu, child_stall = map(float, await _line(child, "done"))
+    seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started + child_cpu
+    await ticker.stop()
+    return Run(seconds, cpu_seconds, max(ticker.worst_s, child_stall)), result
 
 
-async def _replicate_to_process(master: MessageStore, service: AutoSwitchHAService,
-                                root: Path) -> Run:
-    """The slave in a process of its own (its store, loop and ticker); the master here."""
-    child = await _child("slave", str(root), str(service.ha_port), str(master.max_phy_offset))
-    try:
+async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path) -> Run:
+    """An empty slave (its store, loop and ticker in the child) replicates the backlog."""
+    async with _child("slave", str(root), str(service.ha_port),
+                      str(master.max_phy_offset)) as child:
         await _line(child, "ready")
-        assert child.stdin is not None
-        ticker = Ticker()
-        ticker.start()
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        child.stdin.write(b"go\n")
-        await child.stdin.drain()
-        slave_cpu, slave_stall = map(float, await _line(child, "done"))
-        seconds = time.perf_counter() - started
-        cpu_seconds = time.process_time() - cpu_started + slave_cpu
-        await ticker.stop()
-        await _finish(child)
-        return Run(seconds, cpu_seconds, max(ticker.worst_s, slave_stall))
-    finally:
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
+
+        async def go() -> None:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            await child.stdin.drain()
+
+        run, _ = await _measured(child, go)
+        return run
 
 
-async def _stream_to_process(data: memoryview) -> Run:
-    """The plain stream with its receiver in a process of its own."""
-    child = await _child("receiver", str(len(data)))
-    try:
+async def _stream(data: memoryview) -> Run:
+    """The plain stream of `data` to a receiver in the child."""
+    async with _child("receiver", str(len(data))) as child:
         (port,) = await _line(child, "port")
-        ticker = Ticker()
-        ticker.start()
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        writer = await _send(data, int(port))
-        receiver_cpu, receiver_stall = map(float, await _line(child, "done"))
-        seconds = time.perf_counter() - started
-        cpu_seconds = time.process_time() - cpu_started + receiver_cpu
-        await ticker.stop()
+        run, writer = await _measured(child, lambda: _send(data, int(port)))
         writer.close()
         await writer.wait_closed()
-        await _finish(child)
-        return Run(seconds, cpu_seconds, max(ticker.worst_s, receiver_stall))
-    finally:
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
+        return run
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -266,28 +212,21 @@ async def _bench(tmp_path: Path) -> None:
         payload = b"".join(views)
         for view in views:
             view.release()
-        in_loop = Shape("one process, one loop")
-        split = Shape("slave and receiver in processes of their own")
+        rounds = Rounds()
         # The heap as a broker process keeps it after start-up (frozen, its GC thresholds):
         # a full collection of this test process's heap took 18 ms of loop time otherwise.
         with broker_heap():
-            for index in range(WARMUP_ROUNDS + ROUNDS):  # shapes and ends interleaved
+            for index in range(WARMUP_ROUNDS + ROUNDS):  # peer and replication interleaved
                 with memoryview(payload) as data:
-                    in_loop.peer.append(await _stream_in_loop(data))
-                in_loop.repl.append(
-                    await _replicate_in_loop(master, service, tmp_path / f"a{index}"))
-                with memoryview(payload) as data:
-                    split.peer.append(await _stream_to_process(data))
-                split.repl.append(
-                    await _replicate_to_process(master, service, tmp_path / f"b{index}"))
+                    rounds.peer.append(await _stream(data))
+                rounds.repl.append(await _replicate(master, service, tmp_path / f"s{index}"))
                 if index < WARMUP_ROUNDS:
-                    for shape in (in_loop, split):
-                        shape.peer.clear()
-                        shape.repl.clear()
+                    rounds.peer.clear()
+                    rounds.repl.clear()
         nbytes = master.max_phy_offset
         record(f"HA replication of a {nbytes / 2**20:.0f} MiB backlog, "
-               f"{split.line(nbytes)}; {in_loop.line(nbytes)}; {ROUNDS} rounds, noisy shared "
-               "host")
+               f"slave and receiver in processes of their own: {rounds.line(nbytes)}; "
+               f"{ROUNDS} rounds, noisy shared host")
     finally:
         await service.close()
         await asyncio.to_thread(master.close)
