@@ -5,7 +5,8 @@ its own, as a slave runs on a host of its own:
   replicates from the master's HA port until its commitlog ends at END, and prints
   `done <cpu seconds> <worst event-loop stall seconds>` (CPU of this process since the line);
 - `receiver SIZE`: the plain stream's receiving end; prints `port <port>`, copies SIZE bytes
-  into a preallocated buffer (every page touched first), and prints `done <cpu seconds> <worst stall seconds>`.
+  into a preallocated buffer (every page touched first), and prints
+  `done <cpu seconds> <worst stall seconds>`.
 
 Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end.
 """
