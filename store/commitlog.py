@@ -38,9 +38,14 @@ END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
 # One MADV_POPULATE_WRITE call holds the process's mmap lock for reading; a thread mapping a new
-# file then waits for it, and any page fault of the event loop queues behind that writer. Small
-# chunks bound that chain to about a millisecond.
-WARM_CHUNK_BYTES: Final = 4 * 1024 * 1024
+# file (or the loop's own mmap/munmap, e.g. a large allocation) then waits for it, and any page
+# fault of the event loop queues behind that writer. Small chunks bound that chain. On memory
+# the host backs again only on first touch (this VM, see README "Replication") a 4 MiB call
+# took a median 1.3 ms but up to 19 (p90) and 31 ms (against 0.9 and 4.6 warm), a loop stall
+# of that length; 512 KiB bounds it near 4 ms, for some 90 calls a second at 45 MB/s of appends.
+WARM_CHUNK_BYTES: Final = 512 * 1024
+# A segment prepared ahead has this much of its start pre-faulted before a roll adopts it.
+NEXT_FILE_WARM_BYTES: Final = 16 * 1024 * 1024
 # The one fault point that needs a record half written: while it is armed, appends take the
 # Python writer and reach the mapping in two copies, this fixed prefix first (up to BODYLENGTH
 # for IPv4 hosts); every other fault point leaves the C writer production uses in place.
@@ -367,7 +372,7 @@ class CommitLog:
         # Outside the allocation lock: a roll may adopt the file meanwhile (pre-faulting does
         # not change its bytes).
         populated = 0
-        while not self.raw_writes and populated < min(self.file_size, 4 * WARM_CHUNK_BYTES):
+        while not self.raw_writes and populated < min(self.file_size, NEXT_FILE_WARM_BYTES):
             with self._populate_lock:
                 if mapped.buf.closed:
                     return
