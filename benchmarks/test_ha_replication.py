@@ -220,6 +220,11 @@ async def _bench(tmp_path: Path) -> None:
                 with memoryview(payload) as data:
                     rounds.peer.append(await _stream(data))
                 rounds.repl.append(await _replicate(master, service, tmp_path / f"s{index}"))
+                peer, repl = rounds.peer[-1], rounds.repl[-1]
+                print(f"replication round {index}{' (warm-up)' if index < WARMUP_ROUNDS else ''}"
+                      f": stream {peer.seconds:.3f} s (CPU {peer.cpu_seconds:.2f} s, stall "
+                      f"{peer.stall_s * 1000:.1f} ms), replication {repl.seconds:.3f} s (CPU "
+                      f"{repl.cpu_seconds:.2f} s, stall {repl.stall_s * 1000:.1f} ms)", flush=True)
                 if index < WARMUP_ROUNDS:
                     rounds.peer.clear()
                     rounds.repl.clear()
