@@ -6,9 +6,10 @@ the first failure: the connection closes and, after `reconnect_interval_ms`, a n
 with a new handshake (the protocol's own recovery). Durable steps run in worker threads
 (truncation, epoch file), so does the consume-queue dispatch of received ranges
 (`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
-decoder's buffer, and the TRANSFER frames of one read are applied together
-(`SlaveProtocol.receive_transfers`): their bodies go to the commitlog inline in one run
-(`MessageStore.append_replicated_run`: one pwritev per file), then one ACK.
+decoder's buffer (up to 4 MiB a read), and the TRANSFER frames of one read are applied in
+groups of about 1 MiB (`SlaveProtocol.receive_transfers`), a loop turn between groups: each
+group's bodies go to the commitlog inline in one run (`MessageStore.append_replicated_run`: one
+pwritev per file); then one ACK for the read.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
