@@ -15,17 +15,52 @@ Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
 import uvloop
 
-from benchmarks.replication_parts import Receiver, Ticker, broker_heap, empty_slave, replicate
+from benchmarks.replication_parts import Ticker, broker_heap, ha_config, store_config
+from ha.service import AutoSwitchHAService
+from store.message_store import MessageStore
+
+RECEIVE_CHUNK_BYTES: Final = 256 * 1024
 
 WARM_WRITE_BYTES: Final = 4 * 1024 * 1024
+
+
+@contextlib.asynccontextmanager
+async def empty_slave(root: Path) -> AsyncIterator[tuple[MessageStore, AutoSwitchHAService]]:
+    """An empty slave store under `root`, its background loops running (as in the broker:
+    pre-faulting, allocation), and its HA service (broker id 2); closed and removed after."""
+    store = MessageStore(store_config(root))
+    await asyncio.to_thread(store.open)
+    store_run = asyncio.create_task(store.run())
+    service = AutoSwitchHAService(store, ha_config(2), replica_ids=lambda: {1, 2},
+                                  propose_sync_state_set=lambda *_: None)
+    try:
+        yield store, service
+    finally:
+        await service.close()
+        store_run.cancel()
+        await asyncio.gather(store_run, return_exceptions=True)
+        await asyncio.to_thread(store.close)
+        shutil.rmtree(root)
+
+
+async def replicate(store: MessageStore, service: AutoSwitchHAService, port: int,
+                    end: int) -> None:
+    """Become the slave of the master's HA port and return once the commitlog ends at `end`
+    (polled: the figure is the time to the last byte)."""
+    await service.become_slave(("127.0.0.1", port), 1)
+    while store.max_phy_offset < end:  # noqa: ASYNC110 - polled on purpose, as documented
+        await asyncio.sleep(0.005)
 
 
 def warm_page_cache(path: Path, size: int) -> None:
@@ -61,6 +96,31 @@ async def slave(root: Path, port: int, end: int) -> None:
             cpu_seconds = time.process_time() - cpu_started
             await ticker.stop()
             print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+
+
+class Receiver(asyncio.BufferedProtocol):
+    """The plain stream's receiving end: copies into `received`, resolves `done` at `size` and
+    `lost` when the connection goes."""
+
+    def __init__(self, received: bytearray, size: int, done: asyncio.Future[None],
+                 lost: asyncio.Future[None]) -> None:
+        self.received = received
+        self.size = size
+        self.done = done
+        self.lost = lost
+        self.pos = 0
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.received)[self.pos : self.pos + RECEIVE_CHUNK_BYTES]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.pos += nbytes
+        if self.pos >= self.size and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
 
 
 async def receiver(size: int) -> None:

@@ -259,8 +259,8 @@ class HAClient:
                 frames.append(frame)
             if proto.state is HAConnectionState.TRANSFER and \
                     all(type(frame) is TransferFrame for frame in frames):
-                # The common case: the frames of this read carried out together (one write
-                # of their bodies, one ACK).
+                # The common case: the frames of this read carried out in groups (one write
+                # of each group's bodies), then one ACK.
                 transfers = cast("list[TransferFrame]", frames)
                 for index, group in enumerate(_apply_groups(transfers)):
                     if index:  # a whole 4 MiB read in one piece held the loop for ~10 ms
