@@ -30,6 +30,7 @@ from typing import Final
 
 from tests.interop.network import (
     NetworkError,
+    free_broker_port,
     free_port,
     namesrv_cluster_info,
     port_accepts,
@@ -55,7 +56,9 @@ START_ATTEMPTS: Final = 3
 # 1 MiB commitlog files: a test's few hundred messages still roll over segments.
 COMMITLOG_FILE_BYTES: Final = 1024 * 1024
 CONSUME_QUEUE_FILE_BYTES: Final = 1000 * 20
-_ADDRESS_IN_USE: Final = "address already in use"  # asyncio's bind error, lowercased
+# Matches both asyncio's bind error ("address already in use") and the broker's one-line
+# PortInUseError ("cannot listen on ...: already in use"), lowercased.
+_ADDRESS_IN_USE: Final = "already in use"
 
 
 
@@ -355,7 +358,8 @@ class PyrmqEnv:
                     )
             return process
 
-        return self._start_on_free_port(start, listen_port)
+        # A broker also listens on listenPort - 2 (VIP channel) and listenPort + 1 (HA).
+        return self._start_on_free_port(start, listen_port, pick=free_broker_port)
 
     @staticmethod
     @contextlib.contextmanager
@@ -372,13 +376,14 @@ class PyrmqEnv:
 
     @staticmethod
     def _start_on_free_port(
-        start: Callable[[int], PyrmqProcess], port: int | None
+        start: Callable[[int], PyrmqProcess], port: int | None,
+        *, pick: Callable[[], int] = free_port,
     ) -> PyrmqProcess:
         if port is not None:
             return start(port)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                return start(free_port())
+                return start(pick())
             except _PortTakenError:
                 if attempt == START_ATTEMPTS:
                     raise
