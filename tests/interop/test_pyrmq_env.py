@@ -25,16 +25,17 @@ def _held(port: int) -> socket.socket:
     return sock
 
 
-# A static-role slave (no controller needed) opens its HA port, listenPort + 1 by default.
-SLAVE_CONF = {"enableControllerMode": True, "brokerId": 2, "pyrmqHaRole": "slave"}
+def _slave_conf() -> dict[str, str | int | bool]:
+    """A static-role slave (no controller needed): it opens its HA port, listenPort + 1."""
+    return {"enableControllerMode": True, "brokerId": 2, "pyrmqHaRole": "slave",
+            "pyrmqHaMasterAddress": f"127.0.0.1:{free_port()}"}
 
 
 def test_a_taken_ha_port_fails_the_start_as_port_taken(tmp_path: Path) -> None:
     port = free_broker_port()
-    conf = {**SLAVE_CONF, "pyrmqHaMasterAddress": f"127.0.0.1:{free_port()}"}
     with _held(port + 1), PyrmqEnv(tmp_path) as env, pytest.raises(
             _PortTakenError, match="haListenPort"):
-        env.start_broker(None, listen_port=port, extra_conf=conf)
+        env.start_broker(None, listen_port=port, extra_conf=_slave_conf())
 
 
 def test_a_start_on_a_taken_block_moves_to_the_next(
@@ -42,8 +43,7 @@ def test_a_start_on_a_taken_block_moves_to_the_next(
     taken = free_broker_port()
     picks: Iterator[int] = iter([taken, free_broker_port()])
     monkeypatch.setattr(pyrmq_env, "free_broker_port", lambda: next(picks))
-    conf = {**SLAVE_CONF, "pyrmqHaMasterAddress": f"127.0.0.1:{free_port()}"}
     with _held(taken + 1), PyrmqEnv(tmp_path) as env:
-        broker = env.start_broker(None, extra_conf=conf)
+        broker = env.start_broker(None, extra_conf=_slave_conf())
         assert broker.addr != f"127.0.0.1:{taken}"
         assert next(picks, None) is None  # both picks were used: the first failed as taken
