@@ -1,13 +1,17 @@
 """Far ends of the replication benchmark (benchmarks/test_ha_replication.py), each in a process of
 its own, as a slave runs on a host of its own:
 
-- `slave ROOT PORT END`: an empty slave store and a warmed page cache (`warm_page_cache`);
-  prints `ready`, waits for a line on stdin, then
-  replicates from the master's HA port until its commitlog ends at END, and prints
-  `done <cpu seconds> <worst event-loop stall seconds>` (CPU of this process since the line);
-- `receiver SIZE`: the plain stream's receiving end; prints `port <port>`, copies SIZE bytes
-  into a preallocated buffer (every page touched first), and prints
-  `done <cpu seconds> <worst stall seconds>`.
+- `slave ROOT PORT END PREVIOUS`: an empty slave store at ROOT, left on disk at the end; the
+  previous round's store PREVIOUS ("-": none) removed just before (`reuse_freed_memory`);
+  prints `ready`, waits for a line on stdin, then replicates from the master's HA port until
+  its commitlog ends at END, and prints `done <cpu seconds> <worst event-loop stall seconds>`
+  (CPU of this process since the line), then, once its consume queues reach END too,
+  `dispatched <seconds> <cpu seconds>` (since `done`);
+- `receiver SIZE ROUNDS`: the plain stream's receiving end for every round (one buffer, so no
+  GiB is freed and handed back to the host between rounds, see `reuse_freed_memory`); prints
+  `port <port>`, then for each of ROUNDS connections copies SIZE bytes into the buffer (every
+  page touched once, first) and prints `done <cpu seconds> <worst stall seconds>` (from the
+  connection on).
 
 Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end.
 """
@@ -16,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import sys
 import time
@@ -32,13 +35,12 @@ from store.message_store import MessageStore
 
 RECEIVE_CHUNK_BYTES: Final = 256 * 1024
 
-WARM_WRITE_BYTES: Final = 4 * 1024 * 1024
-
 
 @contextlib.asynccontextmanager
 async def empty_slave(root: Path) -> AsyncIterator[tuple[MessageStore, AutoSwitchHAService]]:
     """An empty slave store under `root`, its background loops running (as in the broker:
-    pre-faulting, allocation), and its HA service (broker id 2); closed and removed after."""
+    pre-faulting, allocation), and its HA service (broker id 2); closed after, its files left
+    (the next round's slave removes them, `reuse_freed_memory`)."""
     store = MessageStore(store_config(root))
     await asyncio.to_thread(store.open)
     store_run = asyncio.create_task(store.run())
@@ -51,7 +53,6 @@ async def empty_slave(root: Path) -> AsyncIterator[tuple[MessageStore, AutoSwitc
         store_run.cancel()
         await asyncio.gather(store_run, return_exceptions=True)
         await asyncio.to_thread(store.close)
-        shutil.rmtree(root)
 
 
 async def replicate(store: MessageStore, service: AutoSwitchHAService, port: int,
@@ -63,29 +64,24 @@ async def replicate(store: MessageStore, service: AutoSwitchHAService, port: int
         await asyncio.sleep(0.005)
 
 
-def warm_page_cache(path: Path, size: int) -> None:
-    """Write `size` bytes to a scratch file at `path` and remove it: the page cache a slave
-    fills right after takes the pages just freed. This VM gives memory it has not used for a
-    few seconds back to its host (free page reporting), and a page cache page on such memory
-    costs a host fault first: writing a new 1 GiB file took 2.4 s after 20 s idle, 0.5 s right
-    after another was removed (2026-11-27); in a clean-clone CI run without this step, three
-    of four replication rounds took 2.0-2.5 s at 2.5-3.1 s of CPU, the other 0.47 s at 0.77.
-    Freed anonymous memory did not serve: the page cache did not reuse it. So the slave starts
-    on the footing of the stream's receiver, whose buffer is touched before it too; the host's
-    first-touch cost is what neither measures."""
-    chunk = bytes(WARM_WRITE_BYTES)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        for offset in range(0, size, len(chunk)):
-            os.pwrite(fd, chunk, offset)
-    finally:
-        os.close(fd)
-        path.unlink()
+def reuse_freed_memory(previous: Path | None) -> None:
+    """Remove the previous round's slave store (its GiB of page cache) right before this round
+    replicates, so that this slave's page cache takes the pages just freed. This VM gives memory
+    unused for a few seconds back to its host (free page reporting) and a page on such memory
+    costs a host fault at first touch: writing a new 1 GiB file took 2.4 s after 20 s idle, 0.5 s
+    right after another was removed (2026-11-27). Removed here rather than when its round ended:
+    a GiB freed then was reported back during the next plain stream, which stalled 28-39 ms
+    (the same host work that slowed replication when it came during a replication round). So
+    the slave starts on the footing of the stream's receiver, whose buffer is touched before
+    it too; the host's first-touch cost is what neither measures. (The first round has nothing
+    to remove: it is the warm-up round.)"""
+    if previous is not None:
+        shutil.rmtree(previous)
 
 
-async def slave(root: Path, port: int, end: int) -> None:
+async def slave(root: Path, port: int, end: int, previous: Path | None) -> None:
     async with empty_slave(root) as (store, service):
-        await asyncio.to_thread(warm_page_cache, root.parent / f"{root.name}.warm", end)
+        await asyncio.to_thread(reuse_freed_memory, previous)
         with broker_heap():  # started up: as a broker process, from here on
             print("ready", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
@@ -96,19 +92,30 @@ async def slave(root: Path, port: int, end: int) -> None:
             cpu_seconds = time.process_time() - cpu_started
             await ticker.stop()
             print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+            # Then the consume queues (the slave dispatches after a backlog, ha/client.py).
+            started, cpu_started = time.perf_counter(), time.process_time()
+            while store.reput_from_offset < end:  # noqa: ASYNC110 - polled, as above
+                await asyncio.sleep(0.005)
+            print(f"dispatched {time.perf_counter() - started} "
+                  f"{time.process_time() - cpu_started}", flush=True)
 
 
 class Receiver(asyncio.BufferedProtocol):
-    """The plain stream's receiving end: copies into `received`, resolves `done` at `size` and
-    `lost` when the connection goes."""
+    """One round of the plain stream: copies into `received` from its start, resolves `done` at
+    `size` and `lost` when the connection goes; `cpu_started` is the process's CPU time when
+    the connection came."""
 
-    def __init__(self, received: bytearray, size: int, done: asyncio.Future[None],
-                 lost: asyncio.Future[None]) -> None:
+    def __init__(self, received: bytearray, size: int) -> None:
+        loop = asyncio.get_running_loop()
         self.received = received
         self.size = size
-        self.done = done
-        self.lost = lost
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
         self.pos = 0
+        self.cpu_started = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.cpu_started = time.process_time()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return memoryview(self.received)[self.pos : self.pos + RECEIVE_CHUNK_BYTES]
@@ -123,35 +130,41 @@ class Receiver(asyncio.BufferedProtocol):
             self.lost.set_result(None)
 
 
-async def receiver(size: int) -> None:
+async def receiver(size: int, rounds: int) -> None:
     received = bytearray(size + 256 * 1024)  # never an empty buffer at the end
     # Touched before the stream (a byte per page): preallocated in fact, not only reserved.
     # Pages first touched during the stream made it 2.2 instead of 4.1 GB/s in some runs on
     # this VM, whose host backs cold memory again only on first touch.
     received[::4096] = bytes(len(range(0, len(received), 4096)))
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    lost: asyncio.Future[None] = loop.create_future()
-    server = await loop.create_server(lambda: Receiver(received, size, done, lost),
-                                      "127.0.0.1", 0)
+    connections: asyncio.Queue[Receiver] = asyncio.Queue()
+
+    def accept() -> Receiver:
+        connection = Receiver(received, size)
+        connections.put_nowait(connection)
+        return connection
+
+    server = await loop.create_server(accept, "127.0.0.1", 0)
     with broker_heap():  # as the slave's process, for the same footing
-        ticker = Ticker()
-        ticker.start()
-        cpu_started = time.process_time()
         print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
-        await done
-        cpu_seconds = time.process_time() - cpu_started
-        await ticker.stop()
-        print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+        for _ in range(rounds):
+            connection = await connections.get()
+            ticker = Ticker()
+            ticker.start()
+            await connection.done
+            cpu_seconds = time.process_time() - connection.cpu_started
+            await ticker.stop()
+            print(f"done {cpu_seconds} {ticker.worst_s}", flush=True)
+            await connection.lost
         server.close()
-        await lost
 
 
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     if role == "slave":
-        uvloop.run(slave(Path(args[0]), int(args[1]), int(args[2])))
+        uvloop.run(slave(Path(args[0]), int(args[1]), int(args[2]),
+                         None if args[3] == "-" else Path(args[3])))
     elif role == "receiver":
-        uvloop.run(receiver(int(args[0])))
+        uvloop.run(receiver(int(args[0]), int(args[1])))
     else:
         raise SystemExit(f"unknown role {role!r}")

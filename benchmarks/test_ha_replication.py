@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -68,11 +68,24 @@ T = TypeVar("T")
 
 @dataclass
 class Run:
-    """One measured transfer: wall and CPU seconds (all processes taking part), worst stall."""
+    """One measured transfer: wall and CPU seconds (all processes taking part), the worst stall
+    of this process's loop (master, sender) and of the child's (slave, receiver)."""
 
     seconds: float
     cpu_seconds: float
-    stall_s: float
+    near_stall_s: float
+    far_stall_s: float
+    # Replication only: how long after the last byte the slave's consume queues reached it.
+    dispatch_s: float = 0.0
+    dispatch_cpu_s: float = 0.0
+
+    @property
+    def stall_s(self) -> float:
+        return max(self.near_stall_s, self.far_stall_s)
+
+    def stall(self) -> str:
+        return (f"stall {self.stall_s * 1000:.1f} ms: {self.near_stall_s * 1000:.1f} here, "
+                f"{self.far_stall_s * 1000:.1f} in the child")
 
 
 @dataclass
@@ -90,11 +103,13 @@ class Rounds:
         cpu_ratio = statistics.median(p.cpu_seconds / r.cpu_seconds
                                       for p, r in zip(self.peer, self.repl, strict=True))
         repl_s = statistics.median(r.seconds for r in self.repl)
+        dispatch_s = statistics.median(r.dispatch_s for r in self.repl)
         return (f"{nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
                 f"event-loop stall {max(r.stall_s for r in self.repl) * 1000:.1f} ms (goal < 5 "
-                f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream)")
+                f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream); "
+                f"the slave's consume queues complete {dispatch_s:.2f} s after the last byte")
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
@@ -152,13 +167,16 @@ async def _measured(child: asyncio.subprocess.Process,
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
-    return Run(seconds, cpu_seconds, max(ticker.worst_s, child_stall)), result
+    return Run(seconds, cpu_seconds, ticker.worst_s, child_stall), result
 
 
-async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path) -> Run:
-    """An empty slave (its store, loop and ticker in the child) replicates the backlog."""
-    async with _child("slave", str(root), str(service.ha_port),
-                      str(master.max_phy_offset)) as child:
+async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path,
+                     previous: Path | None) -> Run:
+    """An empty slave (its store, loop and ticker in the child) replicates the backlog; its
+    store stays at `root`, and the previous round's (`previous`) goes just before it starts
+    (benchmarks/replication_child.py `reuse_freed_memory`)."""
+    async with _child("slave", str(root), str(service.ha_port), str(master.max_phy_offset),
+                      str(previous or "-")) as child:
         await _line(child, "ready")
 
         async def go() -> None:
@@ -167,17 +185,16 @@ async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: P
             await child.stdin.drain()
 
         run, _ = await _measured(child, go)
-        return run
+        seconds, cpu_seconds = map(float, await _line(child, "dispatched"))
+        return replace(run, dispatch_s=seconds, dispatch_cpu_s=cpu_seconds)
 
 
-async def _stream(data: memoryview) -> Run:
-    """The plain stream of `data` to a receiver in the child."""
-    async with _child("receiver", str(len(data))) as child:
-        (port,) = await _line(child, "port")
-        run, writer = await _measured(child, lambda: _send(data, int(port)))
-        writer.close()
-        await writer.wait_closed()
-        return run
+async def _stream(receiver: asyncio.subprocess.Process, port: int, data: memoryview) -> Run:
+    """One plain stream of `data` to the receiver child (listening on `port`)."""
+    run, writer = await _measured(receiver, lambda: _send(data, port))
+    writer.close()
+    await writer.wait_closed()
+    return run
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -191,6 +208,14 @@ def _commitlog_views(store: MessageStore) -> list[memoryview]:
         views.append(store.commitlog.view(pos, size))
         pos += size
     return views
+
+
+def _round_line(index: int, peer: Run, repl: Run) -> str:
+    warmup = " (warm-up)" if index < WARMUP_ROUNDS else ""
+    return (f"replication round {index}{warmup}: stream {peer.seconds:.3f} s (CPU "
+            f"{peer.cpu_seconds:.2f} s, {peer.stall()}), replication {repl.seconds:.3f} s "
+            f"(CPU {repl.cpu_seconds:.2f} s, {repl.stall()}; consume queues {repl.dispatch_s:.3f} "
+            f"s later, CPU {repl.dispatch_cpu_s:.2f} s)")
 
 
 async def _bench(tmp_path: Path) -> None:
@@ -215,19 +240,19 @@ async def _bench(tmp_path: Path) -> None:
         rounds = Rounds()
         # The heap as a broker process keeps it after start-up (frozen, its GC thresholds):
         # a full collection of this test process's heap took 18 ms of loop time otherwise.
-        with broker_heap():
-            for index in range(WARMUP_ROUNDS + ROUNDS):  # peer and replication interleaved
-                with memoryview(payload) as data:
-                    rounds.peer.append(await _stream(data))
-                rounds.repl.append(await _replicate(master, service, tmp_path / f"s{index}"))
-                peer, repl = rounds.peer[-1], rounds.repl[-1]
-                print(f"replication round {index}{' (warm-up)' if index < WARMUP_ROUNDS else ''}"
-                      f": stream {peer.seconds:.3f} s (CPU {peer.cpu_seconds:.2f} s, stall "
-                      f"{peer.stall_s * 1000:.1f} ms), replication {repl.seconds:.3f} s (CPU "
-                      f"{repl.cpu_seconds:.2f} s, stall {repl.stall_s * 1000:.1f} ms)", flush=True)
-                if index < WARMUP_ROUNDS:
-                    rounds.peer.clear()
-                    rounds.repl.clear()
+        with broker_heap(), memoryview(payload) as data:
+            async with _child("receiver", str(len(data)),
+                              str(WARMUP_ROUNDS + ROUNDS)) as receiver:
+                (port,) = await _line(receiver, "port")
+                for index in range(WARMUP_ROUNDS + ROUNDS):  # peer and replication interleaved
+                    rounds.peer.append(await _stream(receiver, int(port), data))
+                    rounds.repl.append(await _replicate(
+                        master, service, tmp_path / f"s{index}",
+                        tmp_path / f"s{index - 1}" if index else None))
+                    print(_round_line(index, rounds.peer[-1], rounds.repl[-1]), flush=True)
+                    if index < WARMUP_ROUNDS:
+                        rounds.peer.clear()
+                        rounds.repl.clear()
         nbytes = master.max_phy_offset
         record(f"HA replication of a {nbytes / 2**20:.0f} MiB backlog, "
                f"slave and receiver in processes of their own: {rounds.line(nbytes)}; "

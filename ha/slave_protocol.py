@@ -90,6 +90,7 @@ class SlaveProtocol:
         "current_received_epoch",
         "current_reported_offset",
         "local_max_phy_offset",
+        "master_confirm_offset",
         "peer",
         "state",
     )
@@ -110,6 +111,9 @@ class SlaveProtocol:
         self.current_reported_offset = 0
         self.local_max_phy_offset = 0
         self._confirm_offset = 0
+        # The confirmOffset of the master's last TRANSFER header, not clamped to the local log:
+        # while this slave is out of the SyncStateSet, where the master's log ends.
+        self.master_confirm_offset = 0
         self._epochs = EpochCache()
 
     def connected(
@@ -122,6 +126,7 @@ class SlaveProtocol:
         self.current_received_epoch = None
         self._epochs = local_epochs
         self._confirm_offset = confirm_offset
+        self.master_confirm_offset = 0
         return [Send(self._handshake.encode())]
 
     def receive(self, frame: MasterFrame) -> list[SlaveEffect]:
@@ -181,6 +186,7 @@ class SlaveProtocol:
                 raise HAProtocolError(f"TRANSFER from {self.peer}: data at offset -1")
             effects.append(Append(header.offset, frame.body))
             self.local_max_phy_offset = header.offset + header.body_size
+        self.master_confirm_offset = header.confirm_offset
         confirm = min(header.confirm_offset, self.local_max_phy_offset)
         if confirm > self._confirm_offset:
             self._confirm_offset = confirm
@@ -229,6 +235,8 @@ class SlaveProtocol:
         if bodies:
             effects.append(AppendRun(run_start, tuple(bodies)))
         self.local_max_phy_offset = local
+        if frames:
+            self.master_confirm_offset = frames[-1].header.confirm_offset
         if confirm > self._confirm_offset:
             self._confirm_offset = confirm
             effects.append(SetConfirmOffset(confirm))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from broker.metrics import BrokerMetrics
+from ha.client import READ_CHUNK_BYTES
 from ha.config import HAConfig
 from ha.frames import (
     MasterFrameDecoder,
@@ -165,6 +166,38 @@ async def test_slave_restarted_catches_up(cluster: Cluster, tmp_path: Path) -> N
     await wait_until(lambda: restarted.store.max_phy_offset == master.store.max_phy_offset,
                      timeout_s=20, what="restarted slave caught up")
     assert restarted.commitlog_bytes() == master.commitlog_bytes()
+
+
+async def test_a_catching_up_slave_dispatches_after_the_backlog(cluster: Cluster) -> None:
+    """The consume queues wait while a backlog streams in (ha/client.py DISPATCH_CATCH_UP_BYTES):
+    nothing is dispatched while the slave is a read or more behind the master's end, and all of
+    it is once the slave has caught up."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    body = b"b" * 4000
+    while master.store.max_phy_offset < 4 * READ_CHUNK_BYTES:
+        await master.store.put_message(message(body))
+    end = master.store.max_phy_offset
+    slave = await cluster.node(2)
+    samples: list[tuple[int, int]] = []  # (slave max_phy_offset, reput offset)
+
+    async def sample() -> None:
+        while True:
+            samples.append((slave.store.max_phy_offset, slave.store.reput_from_offset))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await slave.service.become_slave(address(master), 1)
+        await wait_until(lambda: slave.store.reput_from_offset == end, timeout_s=30,
+                         what="the slave dispatched the whole backlog")
+    finally:
+        sampler.cancel()
+    behind = [reput for max_offset, reput in samples if max_offset < end - READ_CHUNK_BYTES]
+    assert len(behind) > 10, "the backlog streamed in too few loop turns to tell"
+    assert set(behind) == {0}, "dispatched while a read or more behind the master"
+    assert slave.store.max_offset_in_queue("TopicTest", 0) == \
+        master.store.max_offset_in_queue("TopicTest", 0) > 0
 
 
 async def test_master_restarted_at_the_same_epoch_keeps_its_epoch_entry(
