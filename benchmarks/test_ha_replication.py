@@ -7,10 +7,11 @@ The peer is a plain TCP stream of the same bytes (a copy of the master's commitl
 be the kernel's one shared zero page, always in cache), written in `haTransferBatchSize` chunks
 from a memoryview and copied by the receiver into a preallocated buffer (the slave writes into
 its commitlog). The slave and the receiver run in processes of their own
-(benchmarks/replication_child.py), as a slave runs on a host of its own; the master and the
-sender run here. (Until 2026-11-27 a second shape ran everything in one process and one loop;
-no deployment shares a loop and a GIL between master and slave, and its figures mostly measured
-this VM's cold memory, see WARMUP_ROUNDS: it was dropped.)
+(benchmarks/replication_child.py), as a slave runs on a host of its own (one receiver process
+for all rounds, a new slave process each round); the master and the sender run here. (Until
+2026-11-27 a second shape ran everything in one process and one loop; no deployment shares a
+loop and a GIL between master and slave, and its figures mostly measured this VM's cold memory,
+see WARMUP_ROUNDS: it was dropped.)
 
 Every process taking part runs, once set up, with a broker process's heap settings
 (`broker.heap`: start-up heap frozen, its GC thresholds), and each sender gives its loop a turn
@@ -21,7 +22,9 @@ than the wall-time one. Goal: >= 0.5. A first round is not counted (`WARMUP_ROUN
 
 A ticker coroutine in each event loop sleeps 1 ms and records how late it wakes: the worst
 lateness of any loop taking part during replication is the worst event-loop stall (goal < 5 ms);
-the same during the plain stream is printed beside it.
+the same during the plain stream is printed beside it, and each round's line says which side
+stalled. A slave builds its consume queues after a backlog (ha/client.py
+DISPATCH_CATCH_UP_BYTES): how long after the last byte they reach it is printed too.
 """
 
 from __future__ import annotations
