@@ -23,8 +23,12 @@ than the wall-time one. Goal: >= 0.5. A first round is not counted (`WARMUP_ROUN
 A ticker coroutine in each event loop sleeps 1 ms and records how late it wakes: the worst
 lateness of any loop taking part during replication is the worst event-loop stall (goal < 5 ms);
 the same during the plain stream is printed beside it, and each round's line says which side
-stalled. A slave builds its consume queues after a backlog (ha/client.py
-DISPATCH_CATCH_UP_BYTES): how long after the last byte they reach it is printed too.
+stalled. Both loops keep the two cores busy, so a kernel thread of this VM that takes a CPU for
+10-45 ms (measured with `perf sched`: kcompactd, DAMON's kdamond, unbound workqueues) stalls one
+of them whatever it runs: the worst stall less the time the loop's thread waited for a CPU
+(its /proc schedstat) is printed too, as what the loop itself took. A slave builds its
+consume queues after a backlog (ha/client.py DISPATCH_CATCH_UP_BYTES): how long after the last
+byte they reach it is printed too.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Run:
     cpu_seconds: float
     near_stall_s: float
     far_stall_s: float
+    # The worst stall of either loop less the time its thread waited for a CPU (`Ticker`).
+    own_stall_s: float
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -88,7 +94,8 @@ class Run:
 
     def stall(self) -> str:
         return (f"stall {self.stall_s * 1000:.1f} ms: {self.near_stall_s * 1000:.1f} here, "
-                f"{self.far_stall_s * 1000:.1f} in the child")
+                f"{self.far_stall_s * 1000:.1f} in the child, {self.own_stall_s * 1000:.1f} "
+                "without waits for a CPU")
 
 
 @dataclass
@@ -111,8 +118,11 @@ class Rounds:
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
                 f"event-loop stall {max(r.stall_s for r in self.repl) * 1000:.1f} ms (goal < 5 "
-                f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream); "
-                f"the slave's consume queues complete {dispatch_s:.2f} s after the last byte")
+                f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream), "
+                f"without the loops' waits for a CPU "
+                f"{max(r.own_stall_s for r in self.repl) * 1000:.1f} ms (plain stream "
+                f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}); the slave's consume "
+                f"queues complete {dispatch_s:.2f} s after the last byte")
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
@@ -166,11 +176,12 @@ async def _measured(child: asyncio.subprocess.Process,
     started = time.perf_counter()
     cpu_started = time.process_time()
     result = await start()
-    child_cpu, child_stall = map(float, await _line(child, "done"))
+    child_cpu, child_stall, child_own_stall = map(float, await _line(child, "done"))
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
-    return Run(seconds, cpu_seconds, ticker.worst_s, child_stall), result
+    return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
+               max(ticker.worst_own_s, child_own_stall)), result
 
 
 async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path,

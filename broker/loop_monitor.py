@@ -131,8 +131,9 @@ def _short_path(path: str) -> str:
     return "/".join(parts[-2:])
 
 
-class _SchedStat:
-    """The loop thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None."""
+class SchedStat:
+    """The calling thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None. Open it
+    in the thread to be watched (the loop's)."""
 
     def __init__(self) -> None:
         self._fd: int | None = None
@@ -176,7 +177,7 @@ class LoopMonitor:
         self._loop_thread_id = 0
         self._base: frozenset[CodeType] = frozenset()
         self._handle: asyncio.TimerHandle | None = None
-        self._schedstat: _SchedStat | None = None
+        self._schedstat: SchedStat | None = None
         self._due_s = 0.0
         self._last_tick_s = 0.0
         self._last_sched: tuple[int, int] | None = None
@@ -201,7 +202,7 @@ class LoopMonitor:
         self._loop = loop
         self._loop_thread_id = threading.get_ident()
         self._base = loop_base_frames(sys._getframe())
-        self._schedstat = _SchedStat()
+        self._schedstat = SchedStat()
         self._last_sched = self._schedstat.read()
         now = time.monotonic()
         self._last_tick_s = now
