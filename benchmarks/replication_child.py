@@ -4,16 +4,16 @@ its own, as a slave runs on a host of its own:
 - `slave ROOT PORT END PREVIOUS`: an empty slave store at ROOT, left on disk at the end; the
   previous round's store PREVIOUS ("-": none) removed just before (`reuse_freed_memory`);
   prints `ready`, waits for a line on stdin, then replicates from the master's HA port until
-  its commitlog ends at END, and prints `done <cpu seconds> <worst stall> <worst own stall>`
-  (CPU of this process since the line), then, once its consume queues reach END too,
+  its commitlog ends at END, prints a `done` line, then, once its consume queues reach END too,
   `dispatched <seconds> <cpu seconds>` (since `done`);
 - `receiver SIZE ROUNDS`: the plain stream's receiving end for every round (one buffer, so no
   GiB is freed and handed back to the host between rounds, see `reuse_freed_memory`); prints
   `port <port>`, then for each of ROUNDS connections copies SIZE bytes into the buffer (every
-  page touched once, first) and prints `done <cpu seconds> <worst stall> <worst own stall>`
-  (from the connection on).
+  page touched once, first) and prints a `done` line (from the connection on).
 
-Each runs its own uvloop loop with a 1 ms ticker, as the parent does for its end.
+A `done` line is `done <cpu seconds> <worst stall s> <worst stall less waits for a CPU s>
+<major faults>`, of this process over the transfer (`replication_parts.Ticker`). Each runs its
+own uvloop loop with a 1 ms ticker, as the parent does for its end.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ async def slave(root: Path, port: int, end: int, previous: Path | None) -> None:
             await replicate(store, service, port, end)
             cpu_seconds = time.process_time() - cpu_started
             await ticker.stop()
-            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s}", flush=True)
+            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} "
+                  f"{ticker.major_faults}", flush=True)
             # Then the consume queues (the slave dispatches after a backlog, ha/client.py).
             started, cpu_started = time.perf_counter(), time.process_time()
             while store.reput_from_offset < end:  # noqa: ASYNC110 - polled, as above
@@ -154,7 +155,8 @@ async def receiver(size: int, rounds: int) -> None:
             await connection.done
             cpu_seconds = time.process_time() - connection.cpu_started
             await ticker.stop()
-            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s}", flush=True)
+            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} "
+                  f"{ticker.major_faults}", flush=True)
             await connection.lost
         server.close()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,9 @@ class Ticker:
         self.worst_own_s = 0.0
         # The worst stall's parts: on the CPU, waiting for one, neither (blocked).
         self.worst_split_s = (0.0, 0.0, 0.0)
+        # Page faults of this process that read from the disk, from start() to stop(): a page
+        # of the page cache or a mapping the kernel had dropped (blocks the loop).
+        self.major_faults = 0
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -79,9 +83,11 @@ class Ticker:
             schedstat.close()
 
     def start(self) -> None:
+        self.major_faults = -resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        self.major_faults += resource.getrusage(resource.RUSAGE_SELF).ru_majflt

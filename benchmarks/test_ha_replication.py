@@ -84,6 +84,8 @@ class Run:
     far_stall_s: float
     # The worst stall of either loop less the time its thread waited for a CPU (`Ticker`).
     own_stall_s: float
+    # Page faults that read the disk, both processes (`Ticker.major_faults`).
+    major_faults: int
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -95,7 +97,7 @@ class Run:
     def stall(self) -> str:
         return (f"stall {self.stall_s * 1000:.1f} ms: {self.near_stall_s * 1000:.1f} here, "
                 f"{self.far_stall_s * 1000:.1f} in the child, {self.own_stall_s * 1000:.1f} "
-                "without waits for a CPU")
+                f"without waits for a CPU; {self.major_faults} major faults")
 
 
 @dataclass
@@ -176,12 +178,14 @@ async def _measured(child: asyncio.subprocess.Process,
     started = time.perf_counter()
     cpu_started = time.process_time()
     result = await start()
-    child_cpu, child_stall, child_own_stall = map(float, await _line(child, "done"))
+    child_cpu, child_stall, child_own_stall, child_faults = map(
+        float, await _line(child, "done"))
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
-               max(ticker.worst_own_s, child_own_stall)), result
+               max(ticker.worst_own_s, child_own_stall),
+               ticker.major_faults + int(child_faults)), result
 
 
 async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path,

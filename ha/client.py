@@ -248,8 +248,12 @@ class HAClient:
                 self._confirm(min(owed, store.max_phy_offset))
                 owed = None
             if nbytes is None:  # nothing waiting: wait for more, a dispatch or a heartbeat
-                wait_ms = heartbeat_ms if owed is None else \
-                    max(0, owed_since + DISPATCH_DELAY_MS - now)
+                if owed is None:
+                    wait_ms = heartbeat_ms
+                elif catching_up:  # the backlog's next bytes first; idle that long: dispatch
+                    wait_ms = DISPATCH_DELAY_MS
+                else:
+                    wait_ms = max(0, owed_since + DISPATCH_DELAY_MS - now)
                 if await conn.readable(wait_ms / 1000):
                     continue
                 now = self.clock_ms()
