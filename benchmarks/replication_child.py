@@ -70,8 +70,9 @@ def reuse_freed_memory(previous: Path | None) -> None:
     unused for a few seconds back to its host (free page reporting) and a page on such memory
     costs a host fault at first touch: writing a new 1 GiB file took 2.4 s after 20 s idle, 0.5 s
     right after another was removed (2026-11-27). Removed here rather than when its round ended:
-    a GiB freed then was reported back during the next plain stream, which stalled 28-39 ms
-    (the same host work that slowed replication when it came during a replication round). So
+    with a GiB freed there (or a scratch file's, written and removed as a warm-up), the next
+    plain stream stalled 28-39 ms in most runs, likely the host taking the freed memory back
+    then (not shown); since, its stalls are 0.3-5 ms. So
     the slave starts on the footing of the stream's receiver, whose buffer is touched before
     it too; the host's first-touch cost is what neither measures. (The first round has nothing
     to remove: it is the warm-up round.)"""

@@ -23,12 +23,13 @@ than the wall-time one. Goal: >= 0.5. A first round is not counted (`WARMUP_ROUN
 A ticker coroutine in each event loop sleeps 1 ms and records how late it wakes: the worst
 lateness of any loop taking part during replication is the worst event-loop stall (goal < 5 ms);
 the same during the plain stream is printed beside it, and each round's line says which side
-stalled. Both loops keep the two cores busy, so a kernel thread of this VM that takes a CPU for
-10-45 ms (measured with `perf sched`: kcompactd, DAMON's kdamond, unbound workqueues) stalls one
-of them whatever it runs: the worst stall less the time the loop's thread waited for a CPU
-(its /proc schedstat) is printed too, as what the loop itself took. A slave builds its
-consume queues after a backlog (ha/client.py DISPATCH_CATCH_UP_BYTES): how long after the last
-byte they reach it is printed too.
+stalled, with the worst stall less the time the loop's thread waited for a CPU (its /proc
+schedstat: another process's or thread's turn), the major page faults, and the CPU time the
+host took from this VM meanwhile (/proc/stat steal). In the runs that printed it, every round
+with a stall of 15-40 ms was one in which the host took 20-50 ms of CPU time (both loops
+stalled together), and the others none: the worst stall of the rounds without steal is
+printed too. A slave builds its consume queues after a backlog (ha/client.py
+DISPATCH_CATCH_UP_BYTES): how long after the last byte they reach it is printed as well.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class Run:
     own_stall_s: float
     # Page faults that read the disk, both processes (`Ticker.major_faults`).
     major_faults: int
+    # CPU time the host took from the VM meanwhile (`Ticker.steal_s`, this process's view).
+    steal_ms: float
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -97,7 +100,8 @@ class Run:
     def stall(self) -> str:
         return (f"stall {self.stall_s * 1000:.1f} ms: {self.near_stall_s * 1000:.1f} here, "
                 f"{self.far_stall_s * 1000:.1f} in the child, {self.own_stall_s * 1000:.1f} "
-                f"without waits for a CPU; {self.major_faults} major faults")
+                f"without waits for a CPU; {self.major_faults} major faults; the host took "
+                f"{self.steal_ms:.0f} ms of CPU")
 
 
 @dataclass
@@ -116,6 +120,8 @@ class Rounds:
                                       for p, r in zip(self.peer, self.repl, strict=True))
         repl_s = statistics.median(r.seconds for r in self.repl)
         dispatch_s = statistics.median(r.dispatch_s for r in self.repl)
+        unstolen = [r.stall_s for r in self.repl if not r.steal_ms]
+        unstolen_stall = f"{max(unstolen) * 1000:.1f} ms" if unstolen else "-"
         return (f"{nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
@@ -123,8 +129,10 @@ class Rounds:
                 f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream), "
                 f"without the loops' waits for a CPU "
                 f"{max(r.own_stall_s for r in self.repl) * 1000:.1f} ms (plain stream "
-                f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}); the slave's consume "
-                f"queues complete {dispatch_s:.2f} s after the last byte")
+                f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}), in the rounds the host "
+                f"took no CPU time from {unstolen_stall} ({len(unstolen)} of {len(self.repl)} "
+                f"rounds); the slave's consume queues complete {dispatch_s:.2f} s after the last "
+                "byte")
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
@@ -185,7 +193,7 @@ async def _measured(child: asyncio.subprocess.Process,
     await ticker.stop()
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
-               ticker.major_faults + int(child_faults)), result
+               ticker.major_faults + int(child_faults), ticker.steal_s * 1000), result
 
 
 async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path,
