@@ -25,8 +25,8 @@ lateness of any loop taking part during replication is the worst event-loop stal
 the same during the plain stream is printed beside it, and each round's line says which side
 stalled, with the worst stall less the time the loop's thread waited for a CPU (its /proc
 schedstat: another process's or thread's turn), the major page faults, and the CPU time the
-host took from this VM meanwhile (/proc/stat steal). In the runs that printed it, every round
-with a stall of 15-40 ms was one in which the host took 20-50 ms of CPU time (both loops
+host took from this VM meanwhile (/proc/stat steal). In the runs that printed it, nearly every
+round with a stall of 15-40 ms was one in which the host took 10-50 ms of CPU time (both loops
 stalled together), and the others none: the worst stall of the rounds without steal is
 printed too. A slave builds its consume queues after a backlog (ha/client.py
 DISPATCH_CATCH_UP_BYTES): how long after the last byte they reach it is printed as well.
