@@ -71,6 +71,13 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S
 
 
+def steal_seconds() -> float:
+    """CPU seconds the host took from all of this VM's CPUs since boot (the steal figure of
+    /proc/stat's first line): time no code in the guest ran, whatever the guest shows for it."""
+    with open("/proc/stat") as stat:
+        return int(stat.readline().split()[8]) / CLOCK_TICKS_PER_S
+
+
 def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
     """{pid: (command name, user + system CPU seconds)} of every process readable now."""
     found: dict[int, tuple[str, float]] = {}

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from benchmarks.peers import steal_seconds
 from broker.heap import freeze_startup_heap
 from broker.loop_monitor import SchedStat
 from ha.config import HAConfig
@@ -81,7 +81,7 @@ class Ticker:
 
     def start(self) -> None:
         self.major_faults = -resource.getrusage(resource.RUSAGE_SELF).ru_majflt
-        self.steal_s = -_steal_s()
+        self.steal_s = -steal_seconds()
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -89,11 +89,5 @@ class Ticker:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self.major_faults += resource.getrusage(resource.RUSAGE_SELF).ru_majflt
-        self.steal_s += _steal_s()
+        self.steal_s += steal_seconds()
 
-
-def _steal_s() -> float:
-    """The steal time of all CPUs (/proc/stat's first line, its 8th figure), in seconds."""
-    with open("/proc/stat", "rb") as stat:
-        fields = stat.readline().split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK")

@@ -49,6 +49,7 @@ from benchmarks.peers import (
     paused,
     process_cpu_seconds,
     route_ready,
+    steal_seconds,
 )
 from tests.interop.harness import (
     CLIENT_SYSPROPS,
@@ -245,7 +246,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         deadline = time.monotonic() + timeout_s
         process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
         opened = (process_cpu_seconds(broker_pid), time.monotonic())
-        machine_opened = (machine_busy_seconds(), cpu_seconds_by_process())
+        machine_opened = (machine_busy_seconds(), cpu_seconds_by_process(), steal_seconds())
         log_from = len(broker_log())
         held = True
         try:
@@ -256,7 +257,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
                 raise
             held = False  # still sending the window's messages: behind the rate
         closed = (process_cpu_seconds(broker_pid), time.monotonic())
-        machine_closed = (machine_busy_seconds(), cpu_seconds_by_process())
+        machine_closed = (machine_busy_seconds(), cpu_seconds_by_process(), steal_seconds())
         window_log = broker_log()[log_from:]
         code = process.wait(max(deadline - time.monotonic(), 1.0)) if held else 0
     finally:
@@ -267,7 +268,8 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     cpu_pct = 100 * (closed[0] - opened[0]) / seconds
     machine = (f"machine busy {100 * (machine_closed[0] - machine_opened[0]) / seconds:.0f} % of "
                f"{100 * (os.cpu_count() or 1)} %, the most: "
-               f"{busiest(machine_opened[1], machine_closed[1], seconds)}")
+               f"{busiest(machine_opened[1], machine_closed[1], seconds)}; the host took "
+               f"{1000 * (machine_closed[2] - machine_opened[2]):.0f} ms of CPU time")
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
     if not held:
         print(f"\n{name} did not hold {rate} msg/s:\n{process.diagnostics()}")
