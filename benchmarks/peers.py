@@ -62,20 +62,23 @@ def _stat_cpu_seconds(stat: str) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent busy since boot (everything but idle and iowait), from the
-    first line of /proc/stat: cpu user nice system idle iowait irq softirq steal ..."""
+def _all_cpu_ticks() -> list[int]:
+    """The first line of /proc/stat, all CPUs since boot in clock ticks: user nice system idle
+    iowait irq softirq steal."""
     with open("/proc/stat") as stat:
-        fields = [int(value) for value in stat.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+        return [int(value) for value in stat.readline().split()[1:9]]
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (everything but idle and iowait)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = _all_cpu_ticks()
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S
 
 
 def steal_seconds() -> float:
-    """CPU seconds the host took from all of this VM's CPUs since boot (the steal figure of
-    /proc/stat's first line): time no code in the guest ran, whatever the guest shows for it."""
-    with open("/proc/stat") as stat:
-        return int(stat.readline().split()[8]) / CLOCK_TICKS_PER_S
+    """CPU seconds the host took from all of this VM's CPUs since boot (steal): time no code in
+    the guest ran, whatever the guest shows for it."""
+    return _all_cpu_ticks()[7] / CLOCK_TICKS_PER_S
 
 
 def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:

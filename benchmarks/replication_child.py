@@ -64,6 +64,11 @@ async def replicate(store: MessageStore, service: AutoSwitchHAService, port: int
         await asyncio.sleep(0.005)
 
 
+def _done_line(cpu_seconds: float, ticker: Ticker) -> str:
+    """The `done` line (module docstring) the parent reads after a transfer."""
+    return f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} {ticker.major_faults}"
+
+
 def reuse_freed_memory(previous: Path | None) -> None:
     """Remove the previous round's slave store (its GiB of page cache) right before this round
     replicates, so that this slave's page cache takes the pages just freed. This VM gives memory
@@ -72,9 +77,9 @@ def reuse_freed_memory(previous: Path | None) -> None:
     right after another was removed (2026-11-27). Removed here rather than when its round ended:
     with a GiB freed there (or a scratch file's, written and removed as a warm-up), the next
     plain stream stalled 28-39 ms in most runs, likely the host taking the freed memory back
-    then (not shown); since, its stalls are 0.3-5 ms. So
-    the slave starts on the footing of the stream's receiver, whose buffer is touched before
-    it too; the host's first-touch cost is what neither measures. (The first round has nothing
+    then (not shown); since, its stalls are 0.3-5 ms. So the slave starts on the footing of
+    the stream's receiver, whose buffer is touched before it too; the host's first-touch cost
+    is what neither measures. (The first round has nothing
     to remove: it is the warm-up round.)"""
     if previous is not None:
         shutil.rmtree(previous)
@@ -92,8 +97,7 @@ async def slave(root: Path, port: int, end: int, previous: Path | None) -> None:
             await replicate(store, service, port, end)
             cpu_seconds = time.process_time() - cpu_started
             await ticker.stop()
-            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} "
-                  f"{ticker.major_faults}", flush=True)
+            print(_done_line(cpu_seconds, ticker), flush=True)
             # Then the consume queues (the slave dispatches after a backlog, ha/client.py).
             started, cpu_started = time.perf_counter(), time.process_time()
             while store.reput_from_offset < end:  # noqa: ASYNC110 - polled, as above
@@ -156,8 +160,7 @@ async def receiver(size: int, rounds: int) -> None:
             await connection.done
             cpu_seconds = time.process_time() - connection.cpu_started
             await ticker.stop()
-            print(f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} "
-                  f"{ticker.major_faults}", flush=True)
+            print(_done_line(cpu_seconds, ticker), flush=True)
             await connection.lost
         server.close()
 

@@ -80,6 +80,14 @@ APPLY_GROUP_BYTES: Final = 1024 * 1024
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
+def _catching_up(full_read: bool, master_confirm_offset: int, local_max_phy_offset: int
+                 ) -> bool:
+    """Whether a backlog streams in: the last read took all its room, or the master's
+    confirmOffset (its end, while this slave is not in the SyncStateSet) is a read or more
+    ahead of the local log."""
+    return full_read or master_confirm_offset - local_max_phy_offset >= READ_CHUNK_BYTES
+
+
 def _apply_groups(frames: list[TransferFrame]) -> list[list[TransferFrame]]:
     """`frames` in order, cut after each APPLY_GROUP_BYTES of bodies."""
     groups: list[list[TransferFrame]] = [[]]
@@ -240,10 +248,8 @@ class HAClient:
                 nbytes = conn.recv_into(room)
                 full_read = nbytes == len(room)
             now = self.clock_ms()
-            # A backlog streams in: the read took all the room, or the master's confirmOffset
-            # (its end, while this slave is not in the SyncStateSet) is a read or more ahead.
-            catching_up = full_read or \
-                proto.master_confirm_offset - store.max_phy_offset >= READ_CHUNK_BYTES
+            catching_up = _catching_up(full_read, proto.master_confirm_offset,
+                                       store.max_phy_offset)
             if owed is not None and not catching_up and now - owed_since >= DISPATCH_DELAY_MS:
                 self._confirm(min(owed, store.max_phy_offset))
                 owed = None
@@ -300,8 +306,8 @@ class HAClient:
                 if owed is None:
                     owed_since = now
                 owed = self._confirm_due
-                catching_up = full_read or \
-                    proto.master_confirm_offset - store.max_phy_offset >= READ_CHUNK_BYTES
+                catching_up = _catching_up(full_read, proto.master_confirm_offset,
+                                           store.max_phy_offset)
                 bound = DISPATCH_CATCH_UP_BYTES if catching_up else DISPATCH_BYTES
                 if min(owed, store.max_phy_offset) - store.reput_from_offset >= bound:
                     self._confirm(min(owed, store.max_phy_offset))
