@@ -5,11 +5,12 @@ commitlog and acknowledges. It carries out the effects of `SlaveProtocol` in ord
 the first failure: the connection closes and, after `reconnect_interval_ms`, a new one starts
 with a new handshake (the protocol's own recovery). Durable steps run in worker threads
 (truncation, epoch file), so does the consume-queue dispatch of received ranges
-(`MessageStore.dispatch_in_thread`); bytes are read from the socket straight into the frame
-decoder's buffer (up to 4 MiB a read), and the TRANSFER frames of one read are applied in
-groups of about 1 MiB (`SlaveProtocol.receive_transfers`), a loop turn between groups: each
-group's bodies go to the commitlog inline in one run (`MessageStore.append_replicated_run`: one
-pwritev per file); then one ACK for the read.
+(`MessageStore.dispatch_in_thread`). Bytes are read from the socket straight into the frame
+decoder's buffer, and the TRANSFER frames of one read are applied together
+(`SlaveProtocol.receive_transfers`): their bodies go to the commitlog in one run (one pwritev
+per file), then one ACK for the read. The loop does this for live traffic's small reads; a
+backlog's 4 MiB reads go to a worker thread, which takes read after read (`HAClient._pump`)
+while the loop waits for it, free for other work.
 
 Differences from Java, on purpose: the read timeout (`haHousekeepingInterval`) applies in
 HANDSHAKE too (a master that never answers is dropped, Java keeps re-sending); the first ACK goes
@@ -25,8 +26,10 @@ import asyncio
 import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, cast
 
 from ha.config import HAConfig
@@ -53,10 +56,9 @@ log = logging.getLogger(__name__)
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
-# Up to this much is read from the socket at a time (Java's slave reads into 4 MiB too): each
-# read costs a recv, one pwritev per file, one ACK and a turn of the loop, so fewer larger reads
-# replicate a backlog faster (1 GiB in its own process: 2.2-2.6 GB/s against 1.9-2.0 with 1 MiB
-# reads, noisy host). Live traffic reads what is there, so a small write is not held back.
+# The pump reads up to this much at a time (Java's slave reads into 4 MiB too): each read costs a
+# recv, one pwritev per file and one ACK, so fewer larger reads replicate a backlog faster (1 GiB
+# in its own process: 2.2-2.6 GB/s against 1.9-2.0 with 1 MiB reads, noisy host).
 READ_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # A received confirmOffset reaches the store (and its consume queues) once DISPATCH_BYTES are
 # owed, or DISPATCH_DELAY_MS after it arrived: dispatch then runs over one large range in bulk
@@ -74,9 +76,16 @@ DISPATCH_DELAY_MS: Final = 50
 # receiving loop: a 1 GiB backlog of 4 KiB messages replicated in 0.5-1.1 s with them, and
 # in 0.39-0.59 s deferred (its dispatch then took 0.1 s of CPU; 2 cores, 2026-11-27).
 DISPATCH_CATCH_UP_BYTES: Final = 1024 * 1024 * 1024
-# The TRANSFER frames of one read are applied in groups of about this many body bytes, the loop
-# given a turn between them.
-APPLY_GROUP_BYTES: Final = 1024 * 1024
+# While a backlog streams in, a worker thread takes the reads (`HAClient._pump`): a 4 MiB recv and
+# its pwritev took 2-4 ms of the loop each (and 10-28 ms at times on this 2-core VM: pages the
+# host backs on first touch), and a thread hand-off per read cost a fifth of the throughput
+# (waking a thread in this VM costs ~0.2 ms). The pump goes on read after read; it gives the
+# loop back after PUMP_BYTES_MAX (dispatch, heartbeats), or at a read that is not full or that
+# needs the loop (an epoch change, a handshake frame).
+PUMP_BYTES_MAX: Final = 64 * 1024 * 1024
+# The loop's own reads: live traffic's few KiB a read (5,000 msg/s of 1 KiB is some 5 KiB a loop
+# turn); one that fills this much starts the pump.
+INLINE_READ_BYTES: Final = 256 * 1024
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
@@ -88,17 +97,30 @@ def _catching_up(full_read: bool, master_confirm_offset: int, local_max_phy_offs
     return full_read or master_confirm_offset - local_max_phy_offset >= READ_CHUNK_BYTES
 
 
-def _apply_groups(frames: list[TransferFrame]) -> list[list[TransferFrame]]:
-    """`frames` in order, cut after each APPLY_GROUP_BYTES of bodies."""
-    groups: list[list[TransferFrame]] = [[]]
-    size = 0
-    for frame in frames:
-        if size >= APPLY_GROUP_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(frame)
-        size += frame.header.body_size
-    return groups
+def _drain(decoder: MasterFrameDecoder) -> list[MasterFrame]:
+    frames: list[MasterFrame] = []
+    while (frame := decoder.next_frame()) is not None:
+        frames.append(frame)
+    return frames
+
+
+@dataclass(slots=True)
+class _Pumped:
+    """What `HAClient._pump` leaves to the loop: the last read's size (None: the socket was
+    empty, 0: the master closed it) and whether it filled its buffer; that read's frames or
+    effects when they need the loop; the last confirmOffset received; an ACK the socket did
+    not take whole (its unsent rest); how many reads it took."""
+
+    nbytes: int | None = None
+    full_read: bool = False
+    frames: list[MasterFrame] | None = None
+    effects: list[SlaveEffect] | None = None
+    confirm_due: int | None = None
+    ack: bytes = b""
+    reads: int = 0
+
+
+_PUMPED_EFFECTS: Final = (AppendRun, SetConfirmOffset, Send)
 
 
 class _Connection:
@@ -134,13 +156,18 @@ class _Connection:
         finally:
             self._loop.remove_reader(fd)
 
-    async def send(self, data: bytes) -> None:
+    def send_now(self, data: bytes) -> bytes:
+        """Send what the socket takes now; returns the rest (b"": all sent)."""
         try:
             sent = self._sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
-        if sent < len(data):
-            await self._loop.sock_sendall(self._sock, data[sent:])
+        return data[sent:]
+
+    async def send(self, data: bytes) -> None:
+        rest = self.send_now(data)
+        if rest:
+            await self._loop.sock_sendall(self._sock, rest)
 
 
 def _resolve(ready: asyncio.Future[None]) -> None:
@@ -243,62 +270,48 @@ class HAClient:
         last_read = last_write = self.clock_ms()
         owed: int | None = None  # a confirmOffset received, not yet given to the store
         owed_since = 0
+        full_read = False
         while True:
-            with decoder.read_buffer(READ_CHUNK_BYTES) as room:
-                nbytes = conn.recv_into(room)
-                full_read = nbytes == len(room)
-            now = self.clock_ms()
-            catching_up = _catching_up(full_read, proto.master_confirm_offset,
-                                       store.max_phy_offset)
-            if owed is not None and not catching_up and now - owed_since >= DISPATCH_DELAY_MS:
-                self._confirm(min(owed, store.max_phy_offset))
-                owed = None
-            if nbytes is None:  # nothing waiting: wait for more, a dispatch or a heartbeat
-                if owed is None:
-                    wait_ms = heartbeat_ms
-                elif catching_up:  # the backlog's next bytes first; idle that long: dispatch
-                    wait_ms = DISPATCH_DELAY_MS
-                else:
-                    wait_ms = max(0, owed_since + DISPATCH_DELAY_MS - now)
-                if await conn.readable(wait_ms / 1000):
-                    continue
-                now = self.clock_ms()
-                if owed is not None:
-                    self._confirm(min(owed, store.max_phy_offset))
-                    owed = None
-                if now - last_read > housekeeping_ms:
-                    raise EOFError(f"nothing read for {housekeeping_ms} ms")
-                if proto.state is HAConnectionState.TRANSFER and \
-                        now - last_write >= config.ha_send_heartbeat_interval_ms:
-                    await conn.send(proto.keepalive().data)
-                    last_write = now
-                    self.last_write_timestamp_ms = wall_ms()
-                continue
-            if not nbytes:
-                raise EOFError("master closed the connection")
-            decoder.received(nbytes)
-            last_read = now
-            self.last_read_timestamp_ms = wall_ms()
-            ack: bytes | None = None
             self._confirm_due = None
-            frames: list[MasterFrame] = []
-            while (frame := decoder.next_frame()) is not None:
-                frames.append(frame)
-            if proto.state is HAConnectionState.TRANSFER and \
-                    all(type(frame) is TransferFrame for frame in frames):
-                # The common case: the frames of this read carried out in groups (one write
-                # of each group's bodies), then one ACK.
-                transfers = cast("list[TransferFrame]", frames)
-                for index, group in enumerate(_apply_groups(transfers)):
-                    if index:  # a whole 4 MiB read in one piece held the loop for ~10 ms
-                        await asyncio.sleep(0)
-                    ack = await self._carry_out(proto.receive_transfers(group), conn,
-                                                defer_ack=True) or ack
+            ack: bytes | None = None
+            frames: list[MasterFrame] | None = None
+            if full_read and proto.state is HAConnectionState.TRANSFER:
+                # A backlog streams in: a worker thread takes the reads (`_pump`).
+                pumped = await self._pump_in_thread(conn, decoder, proto)
+                nbytes, full_read, frames = pumped.nbytes, pumped.full_read, pumped.frames
+                self._confirm_due = pumped.confirm_due
+                if pumped.effects is not None:
+                    ack = await self._carry_out(pumped.effects, conn, defer_ack=True)
+                if pumped.ack:
+                    ack = ack or pumped.ack
+                if pumped.reads:
+                    last_read = last_write = self.clock_ms()
+                    store.replicated_appended()
             else:
-                for frame in frames:
-                    effects = proto.receive(frame)
-                    ack = await self._carry_out(effects, conn, defer_ack=True) or ack
-            del frames
+                with decoder.read_buffer(INLINE_READ_BYTES) as room:
+                    nbytes = conn.recv_into(room)
+                    full_read = nbytes == len(room)
+                if nbytes:
+                    decoder.received(nbytes)
+                    last_read = self.clock_ms()
+                    self.last_read_timestamp_ms = wall_ms()
+                    frames = _drain(decoder)
+            if nbytes == 0:
+                raise EOFError("master closed the connection")
+            now = self.clock_ms()
+            if frames is not None:
+                if proto.state is HAConnectionState.TRANSFER and \
+                        all(type(frame) is TransferFrame for frame in frames):
+                    # The common case: the frames of this read carried out together (one
+                    # write of their bodies), then one ACK.
+                    ack = await self._carry_out(
+                        proto.receive_transfers(cast("list[TransferFrame]", frames)), conn,
+                        defer_ack=True) or ack
+                else:
+                    for frame in frames:
+                        effects = proto.receive(frame)
+                        ack = await self._carry_out(effects, conn, defer_ack=True) or ack
+                del frames
             if self._confirm_due is not None:
                 # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
                 # confirmOffset arrived, at once when DISPATCH_BYTES are owed; while catching
@@ -316,8 +329,102 @@ class HAClient:
                 await conn.send(ack)
                 last_write = self.clock_ms()
                 self.last_write_timestamp_ms = wall_ms()
-            # A read that found bytes waiting did not suspend: give the loop a turn per read.
-            await asyncio.sleep(0)
+            catching_up = _catching_up(full_read, proto.master_confirm_offset,
+                                       store.max_phy_offset)
+            if owed is not None and not catching_up and now - owed_since >= DISPATCH_DELAY_MS:
+                self._confirm(min(owed, store.max_phy_offset))
+                owed = None
+            if nbytes is not None:
+                # A read that found bytes waiting did not suspend: a loop turn per read.
+                await asyncio.sleep(0)
+                continue
+            # Nothing waiting: wait for more, a dispatch or a heartbeat.
+            if owed is None:
+                wait_ms = heartbeat_ms
+            elif catching_up:  # the backlog's next bytes first; idle that long: dispatch
+                wait_ms = DISPATCH_DELAY_MS
+            else:
+                wait_ms = max(0, owed_since + DISPATCH_DELAY_MS - now)
+            if await conn.readable(wait_ms / 1000):
+                continue
+            now = self.clock_ms()
+            if owed is not None:
+                self._confirm(min(owed, store.max_phy_offset))
+                owed = None
+            if now - last_read > housekeeping_ms:
+                raise EOFError(f"nothing read for {housekeeping_ms} ms")
+            if proto.state is HAConnectionState.TRANSFER and \
+                    now - last_write >= config.ha_send_heartbeat_interval_ms:
+                await conn.send(proto.keepalive().data)
+                last_write = now
+                self.last_write_timestamp_ms = wall_ms()
+
+    async def _pump_in_thread(self, conn: _Connection, decoder: MasterFrameDecoder,
+                              proto: SlaveProtocol) -> _Pumped:
+        """`_pump` in a worker thread. A cancellation stops it after its current read and
+        waits for it: the decoder's buffer and the commitlog stay in use until then."""
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+        pump = loop.run_in_executor(None, self._pump, conn, decoder, proto, stop, loop)
+        try:
+            return await asyncio.shield(pump)
+        except asyncio.CancelledError:
+            stop.set()
+            await asyncio.wait([pump])
+            raise
+
+    def _pump(self, conn: _Connection, decoder: MasterFrameDecoder, proto: SlaveProtocol,
+              stop: threading.Event, loop: asyncio.AbstractEventLoop) -> _Pumped:
+        """Reads of a backlog, each carried out as the loop would (its bodies appended, then
+        one ACK): blocking, in a worker thread, while the loop waits for it. Returns at the
+        first read that is not full, whose frames or effects need the loop (left in the
+        result, not carried out), after PUMP_BYTES_MAX, or when `stop` is set."""
+        store = self.store
+        out = _Pumped()
+        pumped = 0
+        next_file: int | None = None
+        while pumped < PUMP_BYTES_MAX and not stop.is_set():
+            with decoder.read_buffer(READ_CHUNK_BYTES) as room:
+                out.nbytes = conn.recv_into(room)
+                out.full_read = out.nbytes == len(room)
+            if not out.nbytes:
+                return out
+            decoder.received(out.nbytes)
+            out.reads += 1
+            pumped += out.nbytes
+            self.last_read_timestamp_ms = wall_ms()
+            frames = _drain(decoder)
+            if not all(type(frame) is TransferFrame for frame in frames):
+                out.frames = frames
+                return out
+            effects = proto.receive_transfers(cast("list[TransferFrame]", frames))
+            if not all(isinstance(effect, _PUMPED_EFFECTS) for effect in effects):
+                out.effects = effects
+                return out
+            ack = b""
+            for effect in effects:
+                match effect:
+                    case AppendRun(phy_offset=phy_offset, bodies=bodies):
+                        store.append_replicated_run_blocking(phy_offset, bodies)
+                        size = sum(map(len, bodies))
+                        self.received_bytes += size
+                        self.flow.add(size, self.clock_ms())
+                    case SetConfirmOffset(confirm_offset=confirm_offset):
+                        out.confirm_due = confirm_offset
+                    case Send(data=data):
+                        ack = data
+            del frames, effects
+            if store.commitlog.need_next_file() not in (None, next_file):
+                next_file = store.commitlog.need_next_file()
+                loop.call_soon_threadsafe(store.replicated_appended)  # prepare it ahead
+            if ack:
+                out.ack = conn.send_now(ack)
+                self.last_write_timestamp_ms = wall_ms()
+                if out.ack:
+                    return out
+            if not out.full_read:
+                return out
+        return out
 
     async def _carry_out(
         self, effects: list[SlaveEffect], conn: _Connection, *,

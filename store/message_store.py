@@ -1132,6 +1132,14 @@ class MessageStore:
         TRANSFER frames of one read), each within one file, written a file at a time
         (`CommitLog.append_raw_run`). On a `ValueError` the ranges before the bad one are
         appended."""
+        self.append_replicated_run_blocking(phy_offset, parts)
+        self.replicated_appended()
+
+    def append_replicated_run_blocking(
+            self, phy_offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """`append_replicated_run` for a worker thread (the slave's backlog pump, ha/client.py),
+        one writer at a time; it creates a segment the allocator has not prepared. The caller
+        has `replicated_appended` run on the loop afterwards."""
         if self._closed or not self._opened:
             raise WriteRefusedError("store is not open")
         if self.disk_full:
@@ -1140,6 +1148,10 @@ class MessageStore:
             )
         self._appended.clear()  # (a slave keeps none: its bytes are the master's)
         self.commitlog.append_raw_run(phy_offset, parts)
+
+    def replicated_appended(self) -> None:
+        """On the loop after replicated appends: wakes the allocator when the writer needs
+        pre-faulted pages or the next segment."""
         wakeup = self._allocate_wakeup
         if wakeup is not None and not wakeup.is_set() and (
                 self.commitlog.warm_ahead_wanted() or self.commitlog.need_next_file() is not None):

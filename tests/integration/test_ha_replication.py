@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,6 +199,43 @@ async def test_a_catching_up_slave_dispatches_after_the_backlog(cluster: Cluster
     assert set(behind) == {0}, "dispatched while a read or more behind the master"
     assert slave.store.max_offset_in_queue("TopicTest", 0) == \
         master.store.max_offset_in_queue("TopicTest", 0) > 0
+
+
+async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog is taken by the slave's pump (ha/client.py `HAClient._pump`) in a worker
+    thread: most of its bytes are appended outside the event loop's thread. The epoch change
+    inside it goes back to the loop (the epoch entry is written there) and the pump goes on:
+    the slave ends byte-identical, with the master's epoch entries."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    body = b"e" * 4000
+    while master.store.max_phy_offset < 3 * READ_CHUNK_BYTES:
+        await master.store.put_message(message(body))
+    epoch_2_start = master.store.max_phy_offset
+    await master.service.become_master(2, frozenset({1}), 2)
+    while master.store.max_phy_offset < epoch_2_start + 3 * READ_CHUNK_BYTES:
+        await master.store.put_message(message(body))
+    slave = await cluster.node(2)
+    loop_thread = threading.get_ident()
+    appended_by: dict[bool, int] = {True: 0, False: 0}  # on the loop's thread: bytes
+    pumped_append = slave.store.append_replicated_run_blocking
+
+    def recorded(phy_offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        pumped_append(phy_offset, parts)
+        appended_by[threading.get_ident() == loop_thread] += sum(map(len, parts))
+
+    monkeypatch.setattr(slave.store, "append_replicated_run_blocking", recorded)
+    await slave.service.become_slave(address(master), 2)
+    await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset,
+                     timeout_s=30, what="the slave caught up")
+    assert slave.commitlog_bytes() == master.commitlog_bytes()
+    assert [(e.epoch, e.start_offset) for e in slave.store.epoch_cache] == \
+        [(e.epoch, e.start_offset) for e in master.store.epoch_cache] == \
+        [(1, 0), (2, epoch_2_start)]
+    assert appended_by[False] > 4 * READ_CHUNK_BYTES, appended_by
+    assert appended_by[True] < appended_by[False] / 4, appended_by
 
 
 async def test_master_restarted_at_the_same_epoch_keeps_its_epoch_entry(
