@@ -378,7 +378,9 @@ class HAClient:
         """Reads of a backlog, each carried out as the loop would (its bodies appended, then
         one ACK): blocking, in a worker thread, while the loop waits for it. Returns at the
         first read that is not full, whose frames or effects need the loop (left in the
-        result, not carried out), after PUMP_BYTES_MAX, or when `stop` is set."""
+        result, not carried out), after PUMP_BYTES_MAX, or when `stop` is set. The haStatus
+        counters (bytes received, flow, timestamps) are updated from this thread: a reading
+        taken meanwhile may be a read behind."""
         store = self.store
         out = _Pumped()
         pumped = 0

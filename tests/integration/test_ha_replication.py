@@ -238,6 +238,31 @@ async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
     assert appended_by[True] < appended_by[False] / 4, appended_by
 
 
+async def test_a_slave_elected_while_pumping_a_backlog_stops_it_and_leads(
+    cluster: Cluster,
+) -> None:
+    """The controller elects a slave while its pump takes a backlog in a worker thread: the
+    pump stops after its current read, before the store cuts the tail and writes the epoch
+    entry. The new master's log is a prefix of the old one (whole records), its epoch 2 starts
+    at its end, and it takes writes."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    body = b"p" * 4000
+    while master.store.max_phy_offset < 16 * READ_CHUNK_BYTES:
+        await master.store.put_message(message(body))
+    slave = await cluster.node(2)
+    await slave.service.become_slave(address(master), 1)
+    await wait_until(lambda: slave.store.max_phy_offset > 2 * READ_CHUNK_BYTES, timeout_s=30,
+                     what="the slave took part of the backlog")
+    await slave.service.become_master(2, frozenset({2}), 2)
+    cut = slave.store.max_phy_offset
+    assert cut < master.store.max_phy_offset, "the backlog was through before the election"
+    assert slave.commitlog_bytes() == master.commitlog_bytes()[:cut]
+    assert [(e.epoch, e.start_offset) for e in slave.store.epoch_cache] == [(1, 0), (2, cut)]
+    put = await slave.store.put_message(message(b"after the election"))
+    assert put.append.end_offset > cut
+
+
 async def test_master_restarted_at_the_same_epoch_keeps_its_epoch_entry(
     cluster: Cluster,
 ) -> None:

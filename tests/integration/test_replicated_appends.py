@@ -149,3 +149,22 @@ def test_a_file_deleted_while_a_view_of_it_is_held_stays_readable_through_the_vi
     assert not mapped.path.exists()
     assert bytes(held) == b"still here"
     held.release()  # the mapping goes with the last view (the mmap object unmaps itself)
+
+
+@pytest.mark.parametrize("into_record", [3, 50, -10], ids=["size-only", "header", "body"])
+def test_a_slave_whose_bytes_end_inside_a_record_becomes_master_without_it(
+        slave: MessageStore, master_log: bytes, into_record: int) -> None:
+    """TRANSFER bodies end anywhere, so a slave elected mid-backlog holds a partial record at
+    its end (its unwritten rest reads as zeros): becoming master cuts exactly that record and
+    starts the new epoch at the last whole one."""
+    boundary = 0
+    for _ in range(5):
+        boundary += int.from_bytes(master_log[boundary : boundary + 4], "big")
+    size = int.from_bytes(master_log[boundary : boundary + 4], "big")
+    end = boundary + into_record % size  # (-10: all but the last 10 bytes)
+    slave.append_replicated_run(0, [memoryview(master_log)[:end]])
+    assert slave.commitlog.max_phy_offset == end
+    assert slave.become_master_blocking(2) == boundary
+    assert slave.commitlog.max_phy_offset == boundary
+    assert slave.commitlog.read(0, boundary) == master_log[:boundary]
+    assert [(e.epoch, e.start_offset) for e in slave.epoch_cache] == [(2, boundary)]
