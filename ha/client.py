@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, TypeVar, cast
 
 from ha.config import HAConfig
 from ha.errors import HAError, HAProtocolError
@@ -51,6 +51,8 @@ from store.errors import StoreError
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def wall_ms() -> int:
@@ -95,6 +97,20 @@ def _catching_up(full_read: bool, master_confirm_offset: int, local_max_phy_offs
     confirmOffset (its end, while this slave is not in the SyncStateSet) is a read or more
     ahead of the local log."""
     return full_read or master_confirm_offset - local_max_phy_offset >= READ_CHUNK_BYTES
+
+
+async def _in_thread(fn: Callable[..., T], *args: object,
+                     on_cancel: Callable[[], None] = lambda: None) -> T:
+    """`fn(*args)` in a worker thread. A cancellation calls `on_cancel`, then waits for `fn`
+    to end before it goes on: `fn` uses the decoder's buffer and the commitlog, which the
+    caller releases or cuts next."""
+    future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        on_cancel()
+        await asyncio.wait([future])
+        raise
 
 
 def _drain(decoder: MasterFrameDecoder) -> list[MasterFrame]:
@@ -361,17 +377,10 @@ class HAClient:
 
     async def _pump_in_thread(self, conn: _Connection, decoder: MasterFrameDecoder,
                               proto: SlaveProtocol) -> _Pumped:
-        """`_pump` in a worker thread. A cancellation stops it after its current read and
-        waits for it: the decoder's buffer and the commitlog stay in use until then."""
+        """`_pump` in a worker thread; a cancellation stops it after its current read."""
         stop = threading.Event()
-        loop = asyncio.get_running_loop()
-        pump = loop.run_in_executor(None, self._pump, conn, decoder, proto, stop, loop)
-        try:
-            return await asyncio.shield(pump)
-        except asyncio.CancelledError:
-            stop.set()
-            await asyncio.wait([pump])
-            raise
+        return await _in_thread(self._pump, conn, decoder, proto, stop,
+                                asyncio.get_running_loop(), on_cancel=stop.set)
 
     def _pump(self, conn: _Connection, decoder: MasterFrameDecoder, proto: SlaveProtocol,
               stop: threading.Event, loop: asyncio.AbstractEventLoop) -> _Pumped:
@@ -455,7 +464,12 @@ class HAClient:
                     size = sum(map(len, bodies))
                     if store.commitlog.raw_file_needed(phy_offset, size) is not None:
                         await store.prepare_replicated(phy_offset, size)
-                    store.append_replicated_run(phy_offset, bodies)
+                    if size > INLINE_READ_BYTES:  # a pumped read's, handed back to the loop
+                        await _in_thread(store.append_replicated_run_blocking, phy_offset,
+                                         bodies)
+                        store.replicated_appended()
+                    else:
+                        store.append_replicated_run(phy_offset, bodies)
                     self.received_bytes += size
                     self.flow.add(size, self.clock_ms())
                 case AppendEpoch(epoch=epoch, start_offset=start_offset):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.metrics import BrokerMetrics
-from ha.client import READ_CHUNK_BYTES
+from ha.client import INLINE_READ_BYTES, READ_CHUNK_BYTES
 from ha.config import HAConfig
 from ha.frames import (
     MasterFrameDecoder,
@@ -205,9 +205,10 @@ async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backlog is taken by the slave's pump (ha/client.py `HAClient._pump`) in a worker
-    thread: most of its bytes are appended outside the event loop's thread. The epoch change
-    inside it goes back to the loop (the epoch entry is written there) and the pump goes on:
-    the slave ends byte-identical, with the master's epoch entries."""
+    thread: the loop's own appends are live-traffic sized (a read of at most
+    INLINE_READ_BYTES), the larger ones run outside its thread. The epoch change inside the
+    backlog goes back to the loop (the epoch entry is written there) and the pump goes on: the
+    slave ends byte-identical, with the master's epoch entries."""
     master = await cluster.node(1)
     await master.service.become_master(1, frozenset({1}), 1)
     body = b"e" * 4000
@@ -219,12 +220,14 @@ async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
         await master.store.put_message(message(body))
     slave = await cluster.node(2)
     loop_thread = threading.get_ident()
-    appended_by: dict[bool, int] = {True: 0, False: 0}  # on the loop's thread: bytes
-    pumped_append = slave.store.append_replicated_run_blocking
+    on_loop: list[int] = []  # sizes of the appends made in the loop's thread
+    off_loop: list[int] = []
+    append = slave.store.append_replicated_run_blocking
 
     def recorded(phy_offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        pumped_append(phy_offset, parts)
-        appended_by[threading.get_ident() == loop_thread] += sum(map(len, parts))
+        append(phy_offset, parts)
+        (on_loop if threading.get_ident() == loop_thread else off_loop).append(
+            sum(map(len, parts)))
 
     monkeypatch.setattr(slave.store, "append_replicated_run_blocking", recorded)
     await slave.service.become_slave(address(master), 2)
@@ -234,8 +237,9 @@ async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
     assert [(e.epoch, e.start_offset) for e in slave.store.epoch_cache] == \
         [(e.epoch, e.start_offset) for e in master.store.epoch_cache] == \
         [(1, 0), (2, epoch_2_start)]
-    assert appended_by[False] > 4 * READ_CHUNK_BYTES, appended_by
-    assert appended_by[True] < appended_by[False] / 4, appended_by
+    assert sum(on_loop) + sum(off_loop) == master.store.max_phy_offset
+    assert max(on_loop, default=0) <= INLINE_READ_BYTES, on_loop
+    assert max(off_loop, default=0) > INLINE_READ_BYTES, "the pump never took a read"
 
 
 async def test_a_slave_elected_while_pumping_a_backlog_stops_it_and_leads(
