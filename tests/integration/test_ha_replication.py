@@ -10,7 +10,7 @@ import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -265,6 +265,38 @@ async def test_a_slave_elected_while_pumping_a_backlog_stops_it_and_leads(
     assert [(e.epoch, e.start_offset) for e in slave.store.epoch_cache] == [(1, 0), (2, cut)]
     put = await slave.store.put_message(message(b"after the election"))
     assert put.append.end_offset > cut
+
+
+async def test_a_master_gone_while_the_slave_pumps_a_backlog_then_back(
+    cluster: Cluster,
+) -> None:
+    """The master's HA service goes while the slave's pump takes a backlog: the pump's read
+    fails, the session ends, and the slave keeps a prefix of the master's log. The master's
+    service back, the slave reconnects, truncates to the consistent point and ends
+    byte-identical."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    body = b"g" * 4000
+    while master.store.max_phy_offset < 16 * READ_CHUNK_BYTES:
+        await master.store.put_message(message(body))
+    slave = await cluster.node(2)
+    await slave.service.become_slave(address(master), 1)
+    await wait_until(lambda: slave.store.max_phy_offset > 2 * READ_CHUNK_BYTES, timeout_s=30,
+                     what="the slave took part of the backlog")
+    port = master.service.ha_port
+    await master.service.close()
+    await wait_until(lambda: slave.service.client is not None
+                     and slave.service.client.state.name != "TRANSFER", timeout_s=20,
+                     what="the slave saw its master go")
+    held = slave.store.max_phy_offset
+    assert held < master.store.max_phy_offset, "the backlog was through before the master went"
+    assert slave.commitlog_bytes() == master.commitlog_bytes()[:held]
+    master.service.config = replace(master.service.config, ha_listen_port=port)
+    await master.service.start()
+    await master.service.become_master(1, frozenset({1}), 1)
+    await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset,
+                     timeout_s=30, what="the slave caught up after the master came back")
+    assert slave.commitlog_bytes() == master.commitlog_bytes()
 
 
 async def test_master_restarted_at_the_same_epoch_keeps_its_epoch_entry(
