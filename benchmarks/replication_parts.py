@@ -90,4 +90,3 @@ class Ticker:
         await asyncio.gather(self._task, return_exceptions=True)
         self.major_faults += resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         self.steal_s += steal_seconds()
-

@@ -328,6 +328,8 @@ class HAClient:
                         effects = proto.receive(frame)
                         ack = await self._carry_out(effects, conn, defer_ack=True) or ack
                 del frames
+            catching_up = _catching_up(full_read, proto.master_confirm_offset,
+                                       store.max_phy_offset)
             if self._confirm_due is not None:
                 # Dispatch (consume queues) runs in bulk: at most DISPATCH_DELAY_MS after a
                 # confirmOffset arrived, at once when DISPATCH_BYTES are owed; while catching
@@ -335,8 +337,6 @@ class HAClient:
                 if owed is None:
                     owed_since = now
                 owed = self._confirm_due
-                catching_up = _catching_up(full_read, proto.master_confirm_offset,
-                                           store.max_phy_offset)
                 bound = DISPATCH_CATCH_UP_BYTES if catching_up else DISPATCH_BYTES
                 if min(owed, store.max_phy_offset) - store.reput_from_offset >= bound:
                     self._confirm(min(owed, store.max_phy_offset))
@@ -345,8 +345,6 @@ class HAClient:
                 await conn.send(ack)
                 last_write = self.clock_ms()
                 self.last_write_timestamp_ms = wall_ms()
-            catching_up = _catching_up(full_read, proto.master_confirm_offset,
-                                       store.max_phy_offset)
             if owed is not None and not catching_up and now - owed_since >= DISPATCH_DELAY_MS:
                 self._confirm(min(owed, store.max_phy_offset))
                 owed = None
@@ -425,8 +423,9 @@ class HAClient:
                     case Send(data=data):
                         ack = data
             del frames, effects
-            if store.commitlog.need_next_file() not in (None, next_file):
-                next_file = store.commitlog.need_next_file()
+            wanted = store.commitlog.need_next_file()
+            if wanted not in (None, next_file):
+                next_file = wanted
                 loop.call_soon_threadsafe(store.replicated_appended)  # prepare it ahead
             if ack:
                 out.ack = conn.send_now(ack)

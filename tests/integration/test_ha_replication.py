@@ -110,6 +110,25 @@ async def send(node: Node, count: int, *, size: int = 700, tag: str = "m") -> li
     return results
 
 
+async def fill_to(node: Node, end: int, body: bytes) -> None:
+    """Append messages of `body` on `node` until its commitlog reaches `end` (a backlog)."""
+    while node.store.max_phy_offset < end:
+        await node.store.put_message(message(body))
+
+
+async def slave_in_a_backlog(cluster: Cluster, body: bytes) -> tuple[Node, Node]:
+    """A master at epoch 1 with a backlog of 16 reads and a slave part-way through it (its pump
+    running): (master, slave)."""
+    master = await cluster.node(1)
+    await master.service.become_master(1, frozenset({1}), 1)
+    await fill_to(master, 16 * READ_CHUNK_BYTES, body)
+    slave = await cluster.node(2)
+    await slave.service.become_slave(address(master), 1)
+    await wait_until(lambda: slave.store.max_phy_offset > 2 * READ_CHUNK_BYTES, timeout_s=30,
+                     what="the slave took part of the backlog")
+    return master, slave
+
+
 def pulled_bodies(store: MessageStore) -> Iterator[bytes]:
     offset = 0
     while True:
@@ -175,9 +194,7 @@ async def test_a_catching_up_slave_dispatches_after_the_backlog(cluster: Cluster
     it is once the slave has caught up."""
     master = await cluster.node(1)
     await master.service.become_master(1, frozenset({1}), 1)
-    body = b"b" * 4000
-    while master.store.max_phy_offset < 4 * READ_CHUNK_BYTES:
-        await master.store.put_message(message(body))
+    await fill_to(master, 4 * READ_CHUNK_BYTES, b"b" * 4000)
     end = master.store.max_phy_offset
     slave = await cluster.node(2)
     samples: list[tuple[int, int]] = []  # (slave max_phy_offset, reput offset)
@@ -212,12 +229,10 @@ async def test_a_backlog_across_an_epoch_change_is_pumped_off_the_loop(
     master = await cluster.node(1)
     await master.service.become_master(1, frozenset({1}), 1)
     body = b"e" * 4000
-    while master.store.max_phy_offset < 3 * READ_CHUNK_BYTES:
-        await master.store.put_message(message(body))
+    await fill_to(master, 3 * READ_CHUNK_BYTES, body)
     epoch_2_start = master.store.max_phy_offset
     await master.service.become_master(2, frozenset({1}), 2)
-    while master.store.max_phy_offset < epoch_2_start + 3 * READ_CHUNK_BYTES:
-        await master.store.put_message(message(body))
+    await fill_to(master, epoch_2_start + 3 * READ_CHUNK_BYTES, body)
     slave = await cluster.node(2)
     loop_thread = threading.get_ident()
     on_loop: list[int] = []  # sizes of the appends made in the loop's thread
@@ -249,15 +264,7 @@ async def test_a_slave_elected_while_pumping_a_backlog_stops_it_and_leads(
     pump stops after its current read, before the store cuts the tail and writes the epoch
     entry. The new master's log is a prefix of the old one (whole records), its epoch 2 starts
     at its end, and it takes writes."""
-    master = await cluster.node(1)
-    await master.service.become_master(1, frozenset({1}), 1)
-    body = b"p" * 4000
-    while master.store.max_phy_offset < 16 * READ_CHUNK_BYTES:
-        await master.store.put_message(message(body))
-    slave = await cluster.node(2)
-    await slave.service.become_slave(address(master), 1)
-    await wait_until(lambda: slave.store.max_phy_offset > 2 * READ_CHUNK_BYTES, timeout_s=30,
-                     what="the slave took part of the backlog")
+    master, slave = await slave_in_a_backlog(cluster, b"p" * 4000)
     await slave.service.become_master(2, frozenset({2}), 2)
     cut = slave.store.max_phy_offset
     assert cut < master.store.max_phy_offset, "the backlog was through before the election"
@@ -274,15 +281,7 @@ async def test_a_master_gone_while_the_slave_pumps_a_backlog_then_back(
     fails, the session ends, and the slave keeps a prefix of the master's log. The master's
     service back, the slave reconnects, truncates to the consistent point and ends
     byte-identical."""
-    master = await cluster.node(1)
-    await master.service.become_master(1, frozenset({1}), 1)
-    body = b"g" * 4000
-    while master.store.max_phy_offset < 16 * READ_CHUNK_BYTES:
-        await master.store.put_message(message(body))
-    slave = await cluster.node(2)
-    await slave.service.become_slave(address(master), 1)
-    await wait_until(lambda: slave.store.max_phy_offset > 2 * READ_CHUNK_BYTES, timeout_s=30,
-                     what="the slave took part of the backlog")
+    master, slave = await slave_in_a_backlog(cluster, b"g" * 4000)
     port = master.service.ha_port
     await master.service.close()
     await wait_until(lambda: slave.service.client is not None
