@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,65 @@ async def test_bad_master_frames_close_and_append_nothing(tmp_path: Path, frames
     finally:
         await service.close()
         await asyncio.to_thread(store.close)
+
+
+async def test_a_bad_frame_in_a_pumped_backlog_ends_only_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog large enough for the slave's pump (a worker thread, ha/client.py) with a frame
+    that continues nowhere in its middle: the pump's error ends the session like the loop's
+    would, nothing at or after the bad frame is appended or acknowledged, and the slave goes on
+    reconnecting (its service keeps running)."""
+    store = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True))
+    await asyncio.to_thread(store.open)
+    await store.append_epoch(1, 0)
+    service = AutoSwitchHAService(
+        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
+                        reconnect_interval_ms=50),
+        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
+    )
+    batch = 32 * 1024  # within the 64 KiB test files
+    good = 12 * 1024 * 1024
+    frames = b"".join(TransferHeader(batch, offset, 1, 0, 0).encode()
+                      + bytes([offset % 251]) * batch for offset in range(0, good, batch))
+    frames += TransferHeader(batch, good + 1, 1, 0, 0).encode() + b"x" * batch
+    fake = FakeMaster(frames, max_offset=good, entries=((1, 0),))
+    loop_thread = threading.get_ident()
+    pumped: list[int] = []  # appends made outside the loop's thread
+    append = store.append_replicated_run_blocking
+
+    def recorded(phy_offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        append(phy_offset, parts)
+        if threading.get_ident() != loop_thread:
+            pumped.append(phy_offset)
+
+    monkeypatch.setattr(store, "append_replicated_run_blocking", recorded)
+    try:
+        async with fake as master_address:
+            await service.become_slave(master_address, 1)
+            await wait_until(lambda: fake.connections >= 3, timeout_s=30,
+                             what="the slave closed and reconnected, twice")
+        assert pumped, "the backlog never reached the pump"
+        # The read holding the bad frame is refused whole (its good frames too), so the log
+        # ends at an earlier read's end; acks never pass it.
+        assert 0 < store.max_phy_offset <= good
+        assert max(fake.acks) <= store.max_phy_offset
+        written = b"".join(bytes(f.buf[: f.wrote_position]) for f in store.commitlog.files.files)
+        assert written == frames_bodies(frames, store.max_phy_offset, batch)
+    finally:
+        await service.close()
+        await asyncio.to_thread(store.close)
+
+
+def frames_bodies(frames: bytes, size: int, batch: int) -> bytes:
+    """The first `size` body bytes of `frames` (TRANSFER frames of `batch` bytes each)."""
+    header = len(TransferHeader(0, 0, 0, 0, 0).encode())
+    out = bytearray()
+    pos = 0
+    while len(out) < size:
+        out += frames[pos + header : pos + header + batch]
+        pos += header + batch
+    return bytes(out[:size])
 
 
 async def test_no_consistent_point_truncates_nothing(tmp_path: Path) -> None:
