@@ -204,6 +204,8 @@ class MessageStore:
         self._appended: collections.deque[_Appended] = collections.deque()
         self._appended_from = 0
         self._dispatching_in_thread: asyncio.Future[int] | None = None
+        # Where dispatch last stopped at confirmed bytes that are no record (logged once).
+        self._dispatch_blocked_at: int | None = None
         self._confirm_offset = 0
         # Outside controller mode confirmOffset follows maxPhyOffset (RocketMQ's master with
         # default settings); the HA layer turns this off and sets confirmOffset itself.
@@ -866,8 +868,25 @@ class MessageStore:
                     if not walk.cancelled() and walk.exception() is None:
                         self._reput_from = walk.result()
                 if self._reput_from == start:
-                    break  # stopped at a record not (yet) whole
+                    self._report_blocked_dispatch(start, bound)
+                    break  # stopped at a record not (yet) whole (or no record)
         self.dispatch_pending(touched)
+
+    def _report_blocked_dispatch(self, pos: int, bound: int) -> None:
+        """Dispatch stopped at `pos`, below `bound`. Usually a record confirmed only in part
+        (slaves ack byte ranges) or not yet whole; but confirmed bytes that are no record (a
+        broken or hostile master: a slave appends TRANSFER bodies unread, as Java's does) stop
+        it for good, and this broker's consumers get nothing past them: say so, once."""
+        if pos == self._dispatch_blocked_at or self._is_partial_record(pos, bound):
+            return
+        check = self._check_at(pos)
+        if check.status is not CheckStatus.INVALID:
+            return
+        self._dispatch_blocked_at = pos
+        log.error("dispatch stopped: the confirmed bytes at phy_offset=%d are no record (%s); "
+                  "consumers of this broker get nothing past them and it will not become "
+                  "master over them; the master sent them (compare its commitlog there)",
+                  pos, check.reason)
 
     def dispatch_pending(self, touched: set[tuple[str, int]] | None = None) -> int:
         """Write consume-queue units for records from the reput offset up to the bound
@@ -1254,14 +1273,17 @@ class MessageStore:
             verify_prop_crc=self.config.force_verify_prop_crc,
         )
 
-    def _is_partial_record(self, pos: int) -> bool:
+    def _is_partial_record(self, pos: int, end: int | None = None) -> bool:
         """Whether the bytes at `pos` are the start of a record that replication has not
-        finished (its TOTALSIZE runs past the written end), not a damaged or refused one."""
+        finished (its TOTALSIZE runs past the written end, or past `end`), not a damaged or
+        refused one."""
         mapped = self.commitlog.files.find(pos)
         if mapped is None:
             return True
         file_pos = pos - mapped.file_from_offset
         left = mapped.wrote_position - file_pos
+        if end is not None:
+            left = min(left, end - pos)
         if left < _SIZE_AND_MAGIC.size:
             return True
         total_size, magic_code = _SIZE_AND_MAGIC.unpack_from(mapped.buf, file_pos)

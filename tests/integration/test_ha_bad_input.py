@@ -115,9 +115,11 @@ class FakeMaster:
     records the slave's ACKs."""
 
     def __init__(
-        self, frames: bytes, *, max_offset: int, entries: tuple[tuple[int, int], ...]
+        self, frames: bytes, *, max_offset: int, entries: tuple[tuple[int, int], ...],
+        once: bool = False,
     ) -> None:
         self.frames = frames
+        self.once = once  # send the frames after the first ACK only (else after every ACK)
         self.max_offset = max_offset
         self.entries = entries
         self.acks: list[int] = []
@@ -137,7 +139,8 @@ class FakeMaster:
                         replied = True
                     elif isinstance(frame, SlaveAck):
                         self.acks.append(frame.max_offset)
-                        writer.write(self.frames)
+                        if not self.once or len(self.acks) == 1:
+                            writer.write(self.frames)
                     await writer.drain()
         except ConnectionError:
             pass
@@ -285,3 +288,46 @@ async def test_a_broken_data_rule_on_the_slave_ends_the_service(
     with pytest.raises(DataInvariantError, match="breaks a rule"):
         async with asyncio.timeout(20):
             await runner
+
+
+async def test_garbage_a_master_confirms_is_never_dispatched_nor_led_over(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A master that sends valid records, then bytes that are no record, with a confirmOffset
+    covering both (a broken or hostile master: TRANSFER bodies are raw commitlog bytes, which a
+    slave appends unread, as Java's does). The slave's consumers get the valid records and
+    nothing of the garbage; its dispatch stops there, saying why; and it refuses to become
+    master over confirmed bytes that are no record (a broken data rule ends the node)."""
+    source = await cluster.node(1)
+    await source.service.become_master(1, frozenset({1}), 1)
+    await send(source, 5)
+    valid_end = source.store.max_phy_offset
+    valid = source.store.commitlog.read(0, valid_end)
+    garbage = b"\xab" * 300
+    end = valid_end + len(garbage)
+    frames = TransferHeader(end, 0, 1, 0, end).encode() + valid + garbage
+    store = MessageStore(small_config(cluster.root / "slave", enable_controller_mode=True))
+    await asyncio.to_thread(store.open)
+    await store.append_epoch(1, 0)
+    service = AutoSwitchHAService(
+        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
+                        reconnect_interval_ms=50),
+        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
+    )
+    fake = FakeMaster(frames, max_offset=0, entries=((1, 0),), once=True)
+    try:
+        async with fake as master_address:
+            await service.become_slave(master_address, 1)
+            await wait_until(lambda: end in fake.acks, timeout_s=20, what="the slave acked")
+        await wait_until(lambda: store.confirm_offset == end, timeout_s=20,
+                         what="the confirm offset at the garbage's end")
+        await wait_until(lambda: any("dispatch stopped" in r.message for r in caplog.records),
+                         timeout_s=20, what="the slave said why its dispatch stopped")
+        assert store.max_offset_in_queue("TopicTest", 0) == 5  # the valid records, no more
+        assert store.reput_from_offset == valid_end
+        assert f"phy_offset={valid_end}" in caplog.text
+        with pytest.raises(DataInvariantError, match=f"the record at {valid_end}"):
+            await service.become_master(2, frozenset({2}), 1)
+    finally:
+        await service.close()
+        await asyncio.to_thread(store.close)
