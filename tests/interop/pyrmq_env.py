@@ -250,6 +250,10 @@ class PyrmqEnv:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # A session (so a scheduler autogroup) of its own, as each JVM of the interop
+                # harness and a broker run as a service: sharing the pytest process's gave twice
+                # the latency benchmark's event-loop stalls over 10 ms (4 paired runs, 2026-11-27).
+                start_new_session=True,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         process = PyrmqProcess(name, addr, work_dir, config_path, popen, store_dir)
