@@ -60,3 +60,24 @@ def test_prepare_for_takes_a_file_a_thread_made(tmp_path: Path) -> None:
     queue.put(UNITS_PER_FILE, UNITS_PER_FILE * 100, 100, 1)
     assert queue.max_offset == UNITS_PER_FILE + 1
     queue.close()
+
+
+def test_a_file_made_ahead_is_without_read_ahead_while_it_is_written(tmp_path: Path) -> None:
+    """The first unit in each new page of a queue file is written on the event loop; without
+    read-ahead, that fault zero-fills the one page, not the device's read-around window. Once
+    the queue writes a later file, the full ones get their read-ahead back (when the next
+    file is made ahead)."""
+    queue = ConsumeQueue(tmp_path, "T", 0, FILE_BYTES)
+    fill_first_file(queue)
+    made = []
+    for index in (1, 2, 3):
+        mapped = queue.create_file_detached(index * FILE_BYTES)
+        assert mapped is not None
+        assert not mapped.read_ahead
+        made.append(mapped)
+        queue.adopt_prepared(mapped)
+        for offset in range(index * UNITS_PER_FILE, (index + 1) * UNITS_PER_FILE):
+            queue.put(offset, offset * 100, 100, 0)
+    assert made[0].read_ahead  # full, with a full file after it when the third was made
+    assert not made[2].read_ahead  # the one written last
+    queue.close()
