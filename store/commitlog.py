@@ -262,12 +262,12 @@ class CommitLog:
 
     def end_raw_writes(self) -> None:
         """Replication into this log ended (the node becomes master): pre-fault ahead of the
-        appends again, from the write position of the last file (still without read-ahead:
-        its bytes are in the page cache; `warm_ahead` restores it once the file is full)."""
+        appends again, from the write position of the last file, and read ahead normally."""
         self.raw_writes = False
         last = self.files.last
         if last is not None:
             last.populated_to = min(last.populated_to, last.wrote_position)
+            last.set_read_ahead(True)
 
     def raw_file_needed(self, phy_offset: int, size: int) -> int | None:
         """Start of the file `append_raw(phy_offset, <size bytes>)` (or `append_raw_run` of
@@ -343,13 +343,7 @@ class CommitLog:
         )
 
     def warm_ahead(self) -> None:
-        """Pre-fault the current segment ahead of the writer; blocking (worker thread). Full
-        segments get their read-ahead back first: later reads of them may come from the disk."""
-        with self._populate_lock:  # (truncation and close take it too)
-            for mapped in reversed(self.files.files[:-1]):
-                if mapped.read_ahead:
-                    break
-                mapped.set_read_ahead(True)
+        """Pre-fault the current segment ahead of the writer; blocking (worker thread)."""
         while True:
             # Small chunks: truncation and close wait for one chunk at most.
             with self._populate_lock:
@@ -374,11 +368,6 @@ class CommitLog:
             mapped = MappedFile.create(
                 self.files.directory / offset_to_file_name(start), self.file_size
             )
-            # Written by this process, so read from the page cache until full: without
-            # read-ahead, a pre-faulting call zero-fills the pages it names, not the device's
-            # read-around window (8 MiB here: single calls of 19 ms on this VM's cold memory,
-            # against at most 1 ms per 512 KiB chunk without).
-            mapped.set_read_ahead(False)
             self._next_file = mapped
         # Outside the allocation lock: a roll may adopt the file meanwhile (pre-faulting does
         # not change its bytes).

