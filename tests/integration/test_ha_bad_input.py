@@ -156,6 +156,20 @@ class FakeMaster:
         self.server.close()
 
 
+async def fake_masters_slave(root: Path) -> tuple[MessageStore, AutoSwitchHAService]:
+    """A slave (broker 2, epoch 1 from offset 0, an empty log in `root`/slave) for a
+    FakeMaster; it retries every 50 ms. The caller closes the service, then the store."""
+    store = MessageStore(small_config(root / "slave", enable_controller_mode=True))
+    await asyncio.to_thread(store.open)
+    await store.append_epoch(1, 0)
+    service = AutoSwitchHAService(
+        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
+                        reconnect_interval_ms=50),
+        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
+    )
+    return store, service
+
+
 @pytest.mark.parametrize(
     "frames",
     [
@@ -169,14 +183,7 @@ class FakeMaster:
     ],
 )
 async def test_bad_master_frames_close_and_append_nothing(tmp_path: Path, frames: bytes) -> None:
-    store = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True))
-    await asyncio.to_thread(store.open)
-    await store.append_epoch(1, 0)
-    service = AutoSwitchHAService(
-        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
-                        reconnect_interval_ms=50),
-        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
-    )
+    store, service = await fake_masters_slave(tmp_path)
     fake = FakeMaster(frames, max_offset=0, entries=((1, 0),))
     try:
         async with fake as master_address:
@@ -197,14 +204,7 @@ async def test_a_bad_frame_in_a_pumped_backlog_ends_only_the_session(
     that continues nowhere in its middle: the pump's error ends the session like the loop's
     would, nothing at or after the bad frame is appended or acknowledged, and the slave goes on
     reconnecting (its service keeps running)."""
-    store = MessageStore(small_config(tmp_path / "slave", enable_controller_mode=True))
-    await asyncio.to_thread(store.open)
-    await store.append_epoch(1, 0)
-    service = AutoSwitchHAService(
-        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
-                        reconnect_interval_ms=50),
-        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
-    )
+    store, service = await fake_masters_slave(tmp_path)
     batch = 32 * 1024  # within the 64 KiB test files
     good = 12 * 1024 * 1024
     frames = b"".join(TransferHeader(batch, offset, 1, 0, 0).encode()
@@ -306,14 +306,7 @@ async def test_garbage_a_master_confirms_is_never_dispatched_nor_led_over(
     garbage = b"\xab" * 300
     end = valid_end + len(garbage)
     frames = TransferHeader(end, 0, 1, 0, end).encode() + valid + garbage
-    store = MessageStore(small_config(cluster.root / "slave", enable_controller_mode=True))
-    await asyncio.to_thread(store.open)
-    await store.append_epoch(1, 0)
-    service = AutoSwitchHAService(
-        store, HAConfig(broker_id=2, ha_listen_port=0, bind_address="127.0.0.1",
-                        reconnect_interval_ms=50),
-        replica_ids=lambda: {1, 2}, propose_sync_state_set=lambda *_: None,
-    )
+    store, service = await fake_masters_slave(cluster.root)
     fake = FakeMaster(frames, max_offset=0, entries=((1, 0),), once=True)
     try:
         async with fake as master_address:
