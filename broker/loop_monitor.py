@@ -6,7 +6,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   histogram). The tick also reads the loop thread's /proc schedstat (on-CPU and run-queue wait
   nanoseconds, ~2 us): a late tick's window says how much of it the thread ran, waited for a CPU
   (the process not scheduled: CPU contention) or was off the CPU (blocked: disk, page faults, a
-  lock, the GIL held by another thread);
+  lock, the GIL held by another thread), and the thread's page faults (getrusage, ~1 us): a
+  busy stall with hundreds of them went to the memory the loop touched (in a VM, a page first
+  touched after the host reclaimed it costs a host fault), one without them to our code;
 - a watchdog thread that sleeps until the tick would be overdue by `stall_threshold_ms` and,
   while it is, samples the loop thread's Python stack (`sys._current_frames()`) every sample
   interval (at most half the threshold): the callback or coroutine the loop is stuck in. It
@@ -31,6 +33,7 @@ import enum
 import gc
 import logging
 import os
+import resource
 import sys
 import threading
 import time
@@ -79,6 +82,8 @@ class StallWindow:
     lag_s: float
     on_cpu_s: float | None
     runqueue_wait_s: float | None
+    # The loop thread's page faults in the window: (minor, major); None where not counted.
+    page_faults: tuple[int, int] | None = None
 
 
 def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
@@ -131,6 +136,16 @@ def _short_path(path: str) -> str:
     return "/".join(parts[-2:])
 
 
+def thread_page_faults() -> tuple[int, int] | None:
+    """The calling thread's page faults so far, (minor, major); None without RUSAGE_THREAD
+    (Linux only)."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    if who is None:
+        return None
+    usage = resource.getrusage(who)
+    return usage.ru_minflt, usage.ru_majflt
+
+
 class SchedStat:
     """The calling thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None. Open it
     in the thread to be watched (the loop's)."""
@@ -181,6 +196,7 @@ class LoopMonitor:
         self._due_s = 0.0
         self._last_tick_s = 0.0
         self._last_sched: tuple[int, int] | None = None
+        self._last_faults: tuple[int, int] | None = None
         # Written by the loop (stall windows) or any thread (collections); read by the watchdog.
         self._windows: deque[StallWindow] = deque(maxlen=1024)
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
@@ -204,6 +220,7 @@ class LoopMonitor:
         self._base = loop_base_frames(sys._getframe())
         self._schedstat = SchedStat()
         self._last_sched = self._schedstat.read()
+        self._last_faults = thread_page_faults()
         now = time.monotonic()
         self._last_tick_s = now
         self._due_s = now + self._interval_s
@@ -241,15 +258,20 @@ class LoopMonitor:
         assert self._schedstat is not None
         assert self._loop is not None
         sched = self._schedstat.read()
+        faults = thread_page_faults()
         if lag > self._threshold_s:
             before = self._last_sched
             on_cpu = wait = None
             if sched is not None and before is not None:
                 on_cpu = (sched[0] - before[0]) / 1e9
                 wait = (sched[1] - before[1]) / 1e9
-            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait))
+            faulted = None
+            if faults is not None and self._last_faults is not None:
+                faulted = (faults[0] - self._last_faults[0], faults[1] - self._last_faults[1])
+            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted))
         self._last_tick_s = now
         self._last_sched = sched
+        self._last_faults = faults
         self._due_s = now + self._interval_s
         self._handle = self._loop.call_later(self._interval_s, self._tick)
 
@@ -303,9 +325,10 @@ class LoopMonitor:
         if self._count_stall is not None:
             self._count_stall(cause)
         log.warning(
-            "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s gc_ms=%.1f%s "
-            "samples=%d running=%s",
+            "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
+            "page_faults=%s gc_ms=%.1f%s samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
+            "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             seen, " <- ".join(stack) if stack else "-",
         )

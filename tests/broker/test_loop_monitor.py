@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import mmap
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -156,6 +157,35 @@ def test_a_stall_is_reported_with_the_callback_that_caused_it(
     else:
         asyncio.run(scenario())
     assert any(f"running={block.__name__}" in record.getMessage() for record in caplog.records)
+
+
+def test_a_stall_counts_the_page_faults_of_the_loop_thread() -> None:
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 512 * 1024 * 1024)
+    region.madvise(mmap.MADV_NOHUGEPAGE)  # one fault per page touched, not per huge page
+    touched = 0
+
+    def touch_new_pages() -> None:
+        nonlocal touched
+        deadline = time.monotonic() + STALL_S
+        while time.monotonic() < deadline and (touched + 1) * page <= len(region):
+            region[touched * page] = 1
+            touched += 1
+
+    async def scenario() -> Reported:
+        async with monitored() as (monitor, _):
+            return await stall_once(monitor, touch_new_pages,
+                                    lambda report: "touch_new_pages" in "".join(report[3][:1]))
+
+    try:
+        window, _, _, _ = asyncio.run(scenario())
+    finally:
+        region.close()
+    assert window.page_faults is not None
+    minor, major = window.page_faults
+    assert touched > 0
+    assert minor >= touched
+    assert major == 0
 
 
 def test_a_garbage_collection_stall_is_named_as_such() -> None:
