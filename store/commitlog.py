@@ -37,13 +37,15 @@ log = logging.getLogger(__name__)
 END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
-# One MADV_POPULATE_WRITE call holds the process's mmap lock for reading; a thread mapping a new
-# file (or the loop's own mmap/munmap, e.g. a large allocation) then waits for it, and any page
-# fault of the event loop queues behind that writer. Small chunks bound that chain. On memory
-# the host backs again only on first touch (this VM, see README "Replication") a 4 MiB call
-# took a median 1.3 ms but up to 19 (p90) and 31 ms (against 0.9 and 4.6 warm), a loop stall
-# of that length; 512 KiB bounds it near 4 ms, for some 90 calls a second at 45 MB/s of appends.
-WARM_CHUNK_BYTES: Final = 512 * 1024
+# Pre-faulting goes a chunk at a time: zeros written over it (`MappedFile.zero_fill`: page-cache
+# folios of the chunk's size, up to 2 MiB), then MADV_POPULATE_WRITE maps those pages. That
+# call holds the process's mmap lock for reading (a thread mapping a new file, or the loop's own
+# mmap/munmap, then waits for it, and any page fault of the event loop queues behind that
+# writer); over pages already cached it is short. Without the zeros first, each call's first
+# touch of a hole read around it (8 MiB on this VM's disk) in one kernel call: 19 ms on memory
+# the host backs again only on first touch, a stall of the loop behind it; at 45,000 msg/s the
+# publish p99 was 15-22 ms without, 9-12 with (2026-11-27, README "Latency under a steady load").
+WARM_CHUNK_BYTES: Final = 2 * 1024 * 1024
 # A segment prepared ahead has this much of its start pre-faulted before a roll adopts it.
 NEXT_FILE_WARM_BYTES: Final = 16 * 1024 * 1024
 # The one fault point that needs a record half written: while it is armed, appends take the
@@ -120,6 +122,7 @@ class CommitLog:
         if testhooks.FAULTS_ON:
             testhooks.fault_point("commitlog.roll.after_create")
         if mapped is not None and mapped.remaining > 0:
+            mapped.claim(mapped.file_size)
             write_blank(mapped.buf, mapped.wrote_position, mapped.remaining)
             mapped.wrote_position = mapped.file_size
         return next_file
@@ -130,6 +133,7 @@ class CommitLog:
         """Append one record; returns its physical offset."""
         mapped = self._file_for(msg.total_size)
         pos = mapped.wrote_position
+        mapped.claim(pos + msg.total_size)
         phy_offset = mapped.file_from_offset + pos
         if testhooks.FAULTS_ON and testhooks.armed(HALF_WRITE_FAULT):
             scratch = bytearray(msg.total_size)
@@ -159,6 +163,7 @@ class CommitLog:
         """Append a batch's records contiguously in one file; returns the first offset."""
         mapped = self._file_for(batch.total_size)
         pos = mapped.wrote_position
+        mapped.claim(pos + batch.total_size)
         phy_offset = mapped.file_from_offset + pos
         if testhooks.FAULTS_ON and testhooks.armed(HALF_WRITE_FAULT):
             scratch = bytearray(batch.total_size)
@@ -221,6 +226,7 @@ class CommitLog:
                 self.raw_writes = True
                 mapped.populated_to = mapped.file_size
                 mapped.set_read_ahead(False)
+            mapped.claim(pos + size)
             mapped.write_at(pos, parts[index:end])
             mapped.wrote_position = pos + size
             if mapped.wrote_position == mapped.file_size:
@@ -353,7 +359,7 @@ class CommitLog:
                 assert last is not None
                 target = min(last.file_size, last.wrote_position + WARM_AHEAD_BYTES)
                 last.populate(min(target, max(last.populated_to, last.wrote_position)
-                                  + WARM_CHUNK_BYTES))
+                                  + WARM_CHUNK_BYTES), zero_fill=True)
 
     def prepare_next_file(self, start: int) -> None:
         """Allocate and map the next segment ahead of time, then pre-fault its start; blocking
@@ -377,7 +383,7 @@ class CommitLog:
                 if mapped.buf.closed:
                     return
                 populated += WARM_CHUNK_BYTES
-                mapped.populate(populated)
+                mapped.populate(populated, zero_fill=True)
 
     # ---------------------------------------------------------------- reads
 

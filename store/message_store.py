@@ -70,6 +70,9 @@ from store.transaction_type import (
 log = logging.getLogger(__name__)
 
 _SIZE_AND_MAGIC: Final = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
+# A record C writes is at most this plus its body, TOPICLENGTH + TOPIC and properties: the
+# fixed fields (IPv6 hosts), PROPERTIESLENGTH and the 20-byte __CRC32# property it may add.
+_NATIVE_RECORD_OVERHEAD_MAX: Final = max(FIXED_BYTES) + 2 + 20
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -552,6 +555,8 @@ class MessageStore:
                 store_host, reconsume_times)
         magic_code, topic_part = encoded_topic(topic, False)  # MessageIllegalError first
         faults = testhooks.FAULTS_ON
+        commitlog_file.claim(pos + _NATIVE_RECORD_OVERHEAD_MAX + len(body) + len(topic_part)
+                             + len(properties))
         written = native.append_message(
             commitlog_file.buf, pos, body, properties, topic_part, magic_code, queue_id, flag,
             sys_flag, born_timestamp, born_host.packed, store_host.packed, reconsume_times, 0,

@@ -1,0 +1,135 @@
+"""Zero-filling ahead of the commitlog's writer (`MappedFile.zero_fill`, `MappedFile.claim`):
+zeros land only past every byte written or claimed, a writer claiming into a zero-fill waits
+for it, a zero-fill a writer overtakes backs off, and concurrent writes all survive."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.mapped_file import NO_ZERO_FILL, PAGE_SIZE, MappedFile
+
+FILE_BYTES = 1024 * 1024
+MARK = 0xAB
+
+
+@pytest.fixture
+def marked(tmp_path: Path) -> Iterator[MappedFile]:
+    """A file whose every byte is MARK, nothing written yet."""
+    mapped = MappedFile.create(tmp_path / f"{0:020d}", FILE_BYTES)
+    mapped.buf[:] = bytes([MARK]) * FILE_BYTES
+    try:
+        yield mapped
+    finally:
+        mapped.close()
+
+
+def test_zeros_go_only_past_what_was_written_or_claimed(marked: MappedFile) -> None:
+    marked.wrote_position = 5000
+    marked.claim(9000)  # a write announced past the write position
+    marked.zero_fill(0, 64 * 1024)
+    first_zero = -(-9000 // PAGE_SIZE) * PAGE_SIZE
+    assert marked.buf[:first_zero] == bytes([MARK]) * first_zero
+    assert marked.buf[first_zero : 64 * 1024] == bytes(64 * 1024 - first_zero)
+    assert marked.buf[64 * 1024 : 64 * 1024 + 10] == bytes([MARK]) * 10
+    assert marked.zeroing_from == NO_ZERO_FILL
+
+
+def test_a_writer_claiming_into_a_zero_fill_waits_for_it(
+    marked: MappedFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marked.wrote_position = marked.writing_to = PAGE_SIZE
+    in_write = threading.Event()
+    release = threading.Event()
+    real_pwrite = os.pwrite
+
+    def held_pwrite(fd: int, data: memoryview, pos: int) -> int:
+        in_write.set()
+        assert release.wait(10)
+        return real_pwrite(fd, data, pos)
+
+    monkeypatch.setattr(os, "pwrite", held_pwrite)
+    filler = threading.Thread(target=marked.zero_fill, args=(0, 64 * 1024))
+    filler.start()
+    assert in_write.wait(10)
+    marked.claim(PAGE_SIZE)  # ends where the zero-fill starts: no wait
+    claimed = threading.Event()
+
+    def claim_into_it() -> None:
+        marked.claim(PAGE_SIZE + 100)
+        claimed.set()
+
+    writer = threading.Thread(target=claim_into_it)
+    writer.start()
+    assert not claimed.wait(0.2)  # held while the zeros are being written
+    release.set()
+    assert claimed.wait(10)
+    filler.join(10)
+    writer.join(10)
+    assert marked.buf[PAGE_SIZE : 64 * 1024] == bytes(64 * 1024 - PAGE_SIZE)
+
+
+_ZEROING_FROM: Any = vars(MappedFile)["zeroing_from"]  # the slot's descriptor
+
+
+class _OvertakenFile(MappedFile):
+    """A writer claims past the zero-fill's start right after the zero-fill says where it
+    starts (the race `zero_fill` guards against, made certain)."""
+
+    __slots__ = ()
+
+    @property
+    def zeroing_from(self) -> int:
+        return int(_ZEROING_FROM.__get__(self))
+
+    @zeroing_from.setter
+    def zeroing_from(self, start: int) -> None:
+        _ZEROING_FROM.__set__(self, start)
+        if start != NO_ZERO_FILL:
+            self.writing_to = start + 10
+
+
+def test_a_zero_fill_a_writer_overtakes_writes_nothing(tmp_path: Path) -> None:
+    mapped = MappedFile.create(tmp_path / f"{0:020d}", FILE_BYTES)
+    mapped.__class__ = _OvertakenFile
+    try:
+        mapped.buf[:] = bytes([MARK]) * FILE_BYTES
+        mapped.zero_fill(0, 64 * 1024)
+        assert mapped.buf[: 64 * 1024] == bytes([MARK]) * 64 * 1024
+    finally:
+        mapped.close()
+
+
+def test_writes_racing_the_zero_fill_all_survive(tmp_path: Path) -> None:
+    mapped = MappedFile.create(tmp_path / f"{0:020d}", 8 * FILE_BYTES)
+    rng = random.Random(7)
+    written = bytearray()
+    done = threading.Event()
+
+    def fill_ahead() -> None:
+        while not done.is_set():
+            mapped.populate(min(mapped.file_size, mapped.wrote_position + 64 * 1024),
+                            zero_fill=True)
+            mapped.populated_to = 0  # fill again behind the writer, racing it every time
+
+    filler = threading.Thread(target=fill_ahead)
+    filler.start()
+    try:
+        while mapped.wrote_position + 3000 <= mapped.file_size:
+            chunk = rng.randbytes(rng.randrange(1, 3000))
+            pos = mapped.wrote_position
+            mapped.claim(pos + len(chunk))
+            mapped.buf[pos : pos + len(chunk)] = chunk
+            mapped.wrote_position = pos + len(chunk)
+            written += chunk
+    finally:
+        done.set()
+        filler.join(10)
+    assert mapped.buf[: len(written)] == bytes(written)
+    mapped.close()
