@@ -375,8 +375,8 @@ class CommitLog:
                 self.files.directory / offset_to_file_name(start), self.file_size
             )
             self._next_file = mapped
-        # Outside the allocation lock: a roll may adopt the file meanwhile (pre-faulting does
-        # not change its bytes).
+        # Outside the allocation lock: a roll may adopt the file meanwhile (the zero-fill
+        # writes only past what its writer claimed, `MappedFile.claim`).
         populated = 0
         while not self.raw_writes and populated < min(self.file_size, NEXT_FILE_WARM_BYTES):
             with self._populate_lock:
