@@ -1,11 +1,13 @@
 """Far ends of the replication benchmark (benchmarks/test_ha_replication.py), each in a process of
 its own, as a slave runs on a host of its own:
 
-- `slave ROOT PORT END PREVIOUS`: an empty slave store at ROOT, left on disk at the end; the
-  previous round's store PREVIOUS ("-": none) removed just before (`reuse_freed_memory`);
-  prints `ready`, waits for a line on stdin, then replicates from the master's HA port until
-  its commitlog ends at END, prints a `done` line, then, once its consume queues reach END too,
-  `dispatched <seconds> <cpu seconds>` (since `done`);
+- `slave PORT END`: the slave's end for every round (one process, as the receiver: no process
+  exits between rounds, see `reuse_freed_memory`). For each line `round ROOT PREVIOUS` on stdin:
+  an empty slave store at ROOT, left on disk at the end; the previous round's store PREVIOUS
+  ("-": none) removed just before (`reuse_freed_memory`); prints `ready`, waits for a line on
+  stdin, then replicates from the master's HA port until its commitlog ends at END, prints a
+  `done` line, then, once its consume queues reach END too, `dispatched <seconds> <cpu
+  seconds>` (since `done`), and closes that store. Stdin closed: the process exits;
 - `receiver SIZE ROUNDS`: the plain stream's receiving end for every round (one buffer, so no
   GiB is freed and handed back to the host between rounds, see `reuse_freed_memory`); prints
   `port <port>`, then for each of ROUNDS connections copies SIZE bytes into the buffer (every
@@ -85,7 +87,8 @@ def reuse_freed_memory(previous: Path | None) -> None:
         shutil.rmtree(previous)
 
 
-async def slave(root: Path, port: int, end: int, previous: Path | None) -> None:
+async def slave_round(root: Path, port: int, end: int, previous: Path | None) -> None:
+    """One round of `slave` (module docstring), from `ready` to `dispatched`."""
     async with empty_slave(root) as (store, service):
         await asyncio.to_thread(reuse_freed_memory, previous)
         with broker_heap():  # started up: as a broker process, from here on
@@ -104,6 +107,13 @@ async def slave(root: Path, port: int, end: int, previous: Path | None) -> None:
                 await asyncio.sleep(0.005)
             print(f"dispatched {time.perf_counter() - started} "
                   f"{time.process_time() - cpu_started}", flush=True)
+
+
+async def slave(port: int, end: int) -> None:
+    while line := (await asyncio.to_thread(sys.stdin.readline)).split():
+        if line[0] != "round" or len(line) != 3:
+            raise SystemExit(f"slave: expected 'round ROOT PREVIOUS', got {line!r}")
+        await slave_round(Path(line[1]), port, end, None if line[2] == "-" else Path(line[2]))
 
 
 class Receiver(asyncio.BufferedProtocol):
@@ -168,8 +178,7 @@ async def receiver(size: int, rounds: int) -> None:
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     if role == "slave":
-        uvloop.run(slave(Path(args[0]), int(args[1]), int(args[2]),
-                         None if args[3] == "-" else Path(args[3])))
+        uvloop.run(slave(int(args[0]), int(args[1])))
     elif role == "receiver":
         uvloop.run(receiver(int(args[0]), int(args[1])))
     else:

@@ -8,10 +8,18 @@ be the kernel's one shared zero page, always in cache), written in `haTransferBa
 from a memoryview and copied by the receiver into a preallocated buffer (the slave writes into
 its commitlog). The slave and the receiver run in processes of their own
 (benchmarks/replication_child.py), as a slave runs on a host of its own (one receiver process
-for all rounds, a new slave process each round); the master and the sender run here. (Until
-2026-11-27 a second shape ran everything in one process and one loop; no deployment shares a
-loop and a GIL between master and slave, and its figures mostly measured this VM's cold memory,
-see WARMUP_ROUNDS: it was dropped.)
+and one slave process for all rounds, a new slave store each round, as a broker's slave is a
+long-lived process); the master and the sender run here.
+
+Earlier shapes, dropped:
+- until 2026-11-28, a slave process per round. The exit of the one before (its heap freed a
+  second or so before the next round replicated) was followed mid-round by the host taking CPU
+  time from the VM, likely its free page reporting at work: in 3 of 12 rounds of 4 runs,
+  40-130 ms, the loops stalling 19-45 ms. With one process: 0 of 12 rounds of 4 runs
+  alternating with those.
+- until 2026-11-27, everything in one process and one loop. No deployment shares a loop and a
+  GIL between master and slave, and its figures mostly measured this VM's cold memory (see
+  WARMUP_ROUNDS).
 
 Every process taking part runs, once set up, with a broker process's heap settings
 (`broker.heap`: start-up heap frozen, its GC thresholds), and each sender gives its loop a turn
@@ -154,13 +162,15 @@ async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
 
 @contextlib.asynccontextmanager
 async def _child(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A far end in a process of its own (benchmarks/replication_child.py): expected to exit
-    with 0 once done, killed if still running on the way out."""
+    """A far end in a process of its own (benchmarks/replication_child.py): its stdin closed
+    once done, expected to exit with 0 then, killed if still running on the way out."""
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.replication_child", *args, cwd=REPO,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     try:
         yield child
+        assert child.stdin is not None
+        child.stdin.close()
         async with asyncio.timeout(CHILD_START_TIMEOUT_S):
             assert await child.wait() == 0
     finally:
@@ -196,23 +206,22 @@ async def _measured(child: asyncio.subprocess.Process,
                ticker.major_faults + int(child_faults), ticker.steal_s * 1000), result
 
 
-async def _replicate(master: MessageStore, service: AutoSwitchHAService, root: Path,
-                     previous: Path | None) -> Run:
-    """An empty slave (its store, loop and ticker in the child) replicates the backlog; its
-    store stays at `root`, and the previous round's (`previous`) goes just before it starts
+async def _replicate(child: asyncio.subprocess.Process, root: Path, previous: Path | None
+                     ) -> Run:
+    """An empty slave (its store, loop and ticker in the slave child) replicates the backlog;
+    its store stays at `root`, and the previous round's (`previous`) goes just before it starts
     (benchmarks/replication_child.py `reuse_freed_memory`)."""
-    async with _child("slave", str(root), str(service.ha_port), str(master.max_phy_offset),
-                      str(previous or "-")) as child:
-        await _line(child, "ready")
 
-        async def go() -> None:
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-            await child.stdin.drain()
+    async def say(line: str) -> None:
+        assert child.stdin is not None
+        child.stdin.write(line.encode() + b"\n")
+        await child.stdin.drain()
 
-        run, _ = await _measured(child, go)
-        seconds, cpu_seconds = map(float, await _line(child, "dispatched"))
-        return replace(run, dispatch_s=seconds, dispatch_cpu_s=cpu_seconds)
+    await say(f"round {root} {previous or '-'}")
+    await _line(child, "ready")
+    run, _ = await _measured(child, lambda: say("go"))
+    seconds, cpu_seconds = map(float, await _line(child, "dispatched"))
+    return replace(run, dispatch_s=seconds, dispatch_cpu_s=cpu_seconds)
 
 
 async def _stream(receiver: asyncio.subprocess.Process, port: int, data: memoryview) -> Run:
@@ -268,12 +277,13 @@ async def _bench(tmp_path: Path) -> None:
         # a full collection of this test process's heap took 18 ms of loop time otherwise.
         with broker_heap(), memoryview(payload) as data:
             async with _child("receiver", str(len(data)),
-                              str(WARMUP_ROUNDS + ROUNDS)) as receiver:
+                              str(WARMUP_ROUNDS + ROUNDS)) as receiver, \
+                    _child("slave", str(service.ha_port), str(master.max_phy_offset)) as slave:
                 (port,) = await _line(receiver, "port")
                 for index in range(WARMUP_ROUNDS + ROUNDS):  # peer and replication interleaved
                     rounds.peer.append(await _stream(receiver, int(port), data))
                     rounds.repl.append(await _replicate(
-                        master, service, tmp_path / f"s{index}",
+                        slave, tmp_path / f"s{index}",
                         tmp_path / f"s{index - 1}" if index else None))
                     print(_round_line(index, rounds.peer[-1], rounds.repl[-1]), flush=True)
                     if index < WARMUP_ROUNDS:
