@@ -19,6 +19,7 @@ import uvloop
 from broker.config import LoadedConfig, config_from_properties, config_items, load_broker_config
 from broker.errors import BrokerError
 from broker.node import BrokerNode
+from remoting.log_writer import process_log
 from store import testhooks
 
 log = logging.getLogger("broker")
@@ -57,10 +58,11 @@ def load(args: argparse.Namespace) -> LoadedConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    with process_log(args.log_level.upper()):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         loaded = load(args)
         if args.test_hooks:

@@ -25,6 +25,7 @@ import uvloop
 from controller.config import ControllerConfig, parse_controller_config
 from controller.errors import ConfigError, ControllerError
 from controller.server import ControllerServer
+from remoting.log_writer import process_log
 
 log = logging.getLogger("controller")
 
@@ -69,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         help="print important config items and exit",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with process_log(logging.INFO):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         config, warnings = _load(args.configFile)
     except ConfigError as err:

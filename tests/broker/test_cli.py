@@ -139,3 +139,48 @@ def test_a_port_in_use_is_a_one_line_error_naming_its_key(tmp_path: Path, key: s
     errors = [line for line in run.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1, run.stderr
     assert f"({key}={busy}): already in use" in errors[0]
+
+
+def test_a_broker_whose_log_is_not_read_keeps_answering(tmp_path: Path) -> None:
+    # A log reader that stops reading (a paused terminal, a stuck collector) fills the pipe;
+    # a write to it then blocks. The broker's log is written by a thread of its own
+    # (remoting/log_writer.py), so its event loop goes on: before, the broker answered nothing
+    # once 64 KiB of warnings had filled the pipe.
+    port = free_port()
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"brokerIP1=127.0.0.1\nbrokerIP2=127.0.0.1\nbindAddress=127.0.0.1\nlistenPort={port}\n"
+        f"haListenPort={free_port()}\nstorePathRootDir={tmp_path / 'store'}\n"
+        "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=20000\n"
+        "metricsExporterType=DISABLE\n"
+    )
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "broker", "-c", str(conf)], cwd=REPO, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    assert broker.stderr is not None
+    try:
+        for line in broker.stderr:  # up: from here on nobody reads its log for a while
+            if b"broker started" in line:
+                break
+        bad_connections = 1000  # a warning each: some 150 KB of log, the pipe takes 64 KiB
+        for _ in range(bad_connections):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(b"\xff" * 32)  # a frame length no decoder takes
+
+        async def send() -> int:
+            async with asyncio.timeout(10), \
+                    await BrokerClient.connect("127.0.0.1", port) as client:
+                return (await Producer(client, "PG").send(Message("TopicTest", b"x"))).queue_offset
+
+        assert asyncio.run(send()) == 0
+        broker.send_signal(signal.SIGTERM)
+        _, rest = broker.communicate(timeout=60)  # the reader is back: the rest is written
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+    assert broker.returncode == EXIT_OK
+    log = rest.decode()
+    assert log.count("closing remoting connection") == bad_connections  # none dropped
+    assert "broker stopped cleanly" in log
