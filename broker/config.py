@@ -83,6 +83,7 @@ class BrokerConfig:
     trace_on: bool = True
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     server_channel_max_idle_time_seconds: int = 120
+    server_socket_backlog: int = 1024
     # -- topics, groups, clients
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -336,6 +337,7 @@ KEYS: Final[Mapping[str, _Key]] = {
     "traceOn": _Key("trace_on", _parse_bool),
     "brokerRole": _Key("broker_role", _enum_parser(BrokerRole), important=True),
     "serverChannelMaxIdleTimeSeconds": _Key("server_channel_max_idle_time_seconds", _INT),
+    "serverSocketBacklog": _Key("server_socket_backlog", _positive_int),
     "autoCreateTopicEnable": _Key("auto_create_topic_enable", _parse_bool, important=True),
     "autoCreateSubscriptionGroup": _Key("auto_create_subscription_group", _parse_bool),
     "defaultTopicQueueNums": _Key("default_topic_queue_nums", _INT),

@@ -150,7 +150,8 @@ class BrokerNode:
         self._freeze_heap = freeze_heap
         self._handle_signals = handle_signals
         self._server_limits = server_limits or ServerLimits(
-            idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000
+            idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000,
+            backlog=config.server_socket_backlog,
         )
         self._stop = asyncio.Event()
         self.started = asyncio.Event()

@@ -11,6 +11,7 @@ each mapped to a snake_case field; `brokerChannelExpiredTime` is pyrmq's (a cons
 | `scanNotActiveBrokerInterval` | `scan_not_active_broker_interval_ms` | 5000 |
 | `brokerChannelExpiredTime` | `broker_channel_expired_time_ms` | 120000 |
 | `serverChannelMaxIdleTimeSeconds` | `server_channel_max_idle_time_seconds` | 120 |
+| `serverSocketBacklog` | `server_socket_backlog` | 1024 |
 | `enableControllerInNamesrv` | `enable_controller_in_namesrv` | true (Java: false) |
 | `controllerListenPort` | `controller_listen_port` | unset: none (0: any free port) |
 | `scanInactiveMasterInterval` | `scan_inactive_master_interval_ms` | 5000 |
@@ -65,6 +66,7 @@ class ControllerConfig:
     scan_not_active_broker_interval_ms: int = 5_000
     broker_channel_expired_time_ms: int = BROKER_CHANNEL_EXPIRED_TIME_MS_DEFAULT
     server_channel_max_idle_time_seconds: int = 120
+    server_socket_backlog: int = 1024
     enable_controller_in_namesrv: bool = True
     controller_listen_port: int | None = None
     scan_inactive_master_interval_ms: int = 5_000
@@ -143,6 +145,7 @@ _KEYS: Final = (
         "server_channel_max_idle_time_seconds",
         _int_in(1, _INT32_MAX // 1000),
     ),
+    _Key("serverSocketBacklog", "server_socket_backlog", _int_in(1, _INT32_MAX)),
     _Key("enableControllerInNamesrv", "enable_controller_in_namesrv", _bool, important=True),
     _Key("controllerListenPort", "controller_listen_port", _int_in(0, 65_535), important=True),
     _Key(

@@ -85,8 +85,10 @@ class ControllerServer:
             broker_channel_expired_time_ms=config.broker_channel_expired_time_ms
         )
         if limits is None:
-            idle_timeout_ms = config.server_channel_max_idle_time_seconds * 1000
-            limits = ServerLimits(idle_timeout_ms=idle_timeout_ms)
+            limits = ServerLimits(
+                idle_timeout_ms=config.server_channel_max_idle_time_seconds * 1000,
+                backlog=config.server_socket_backlog,
+            )
         self._server = RemotingServer(self._handle, limits=limits, name="namesrv")
         self._controller: ControllerManager | None = None
         self._controller_server: RemotingServer | None = None

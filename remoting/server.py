@@ -51,9 +51,14 @@ class ServerLimits:
     write_buffer_high_bytes: int = 1 * _MIB
     write_buffer_low_bytes: int = 256 * 1024
     close_timeout_ms: int = 3_000
+    # Connections the kernel completes and queues before they are accepted (listen()'s
+    # backlog, capped by net.core.somaxconn): RocketMQ's `serverSocketBacklog`. A connection
+    # arriving at a full queue has its SYN dropped and retried a second later: with asyncio's
+    # default of 100, a burst of 1,000 connections (a reconnect storm) waited 1 s in 3 of 400.
+    backlog: int = 1024
 
     def __post_init__(self) -> None:
-        for name in ("frame_read_timeout_ms", "idle_timeout_ms", "connections_max"):
+        for name in ("frame_read_timeout_ms", "idle_timeout_ms", "connections_max", "backlog"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
         if self.close_timeout_ms < 0:
@@ -141,7 +146,7 @@ class RemotingServer:
         """Bind and start accepting. Port 0 picks a free port (see `address`)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._new_connection, host, port, reuse_address=True
+            self._new_connection, host, port, reuse_address=True, backlog=self._limits.backlog
         )
         log.info("%s server listening address=%s:%d", self._name, *self.address)
 

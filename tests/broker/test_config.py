@@ -17,6 +17,7 @@ from broker.config import (
     load_broker_config,
 )
 from broker.errors import BrokerConfigError
+from broker.node import BrokerNode
 from store.config import FlushDiskType, StoreConfig
 
 # distribution/conf/broker.conf of RocketMQ 5.x, license header included.
@@ -123,6 +124,15 @@ def test_defaults_are_javas_where_pyrmq_does_not_say_otherwise() -> None:
     assert config.metrics_exporter_type is MetricsExporterType.PROM
     assert config.metrics_prom_exporter_port == 5557
     assert config.channel_expired_timeout_ms == 120_000
+    assert config.server_socket_backlog == 1024  # NettyServerConfig.serverSocketBacklog
+
+
+def test_server_socket_backlog_reaches_the_remoting_server(tmp_path: Path) -> None:
+    config = load_broker_config(write(tmp_path, "serverSocketBacklog=4096\n")).config
+    assert config.server_socket_backlog == 4096
+    assert BrokerNode(config)._server_limits.backlog == 4096  # (the server's listen backlog)
+    with pytest.raises(BrokerConfigError, match="serverSocketBacklog"):
+        load_broker_config(write(tmp_path, "serverSocketBacklog=0\n"))
 
 
 def test_unknown_key_is_a_warning_naming_the_line(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def test_print_config_items_and_exit(tmp_path: Path) -> None:
         "scanNotActiveBrokerInterval=5000",
         "brokerChannelExpiredTime=120000",
         "serverChannelMaxIdleTimeSeconds=120",
+        "serverSocketBacklog=1024",
         "enableControllerInNamesrv=true",
         "controllerListenPort=",
         "scanInactiveMasterInterval=5000",

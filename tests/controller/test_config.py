@@ -17,7 +17,7 @@ def test_every_key_and_its_default() -> None:
     config, warnings = parse_controller_config(
         "listenPort=19876\nbindAddress = 127.0.0.1\ncontrollerStorePath=/data/ctl\n"
         "scanNotActiveBrokerInterval=1000\nbrokerChannelExpiredTime=30000\n"
-        "serverChannelMaxIdleTimeSeconds=60\n",
+        "serverChannelMaxIdleTimeSeconds=60\nserverSocketBacklog=2048\n",
         source="controller.conf",
         home="/home/u",
     )
@@ -28,6 +28,7 @@ def test_every_key_and_its_default() -> None:
         scan_not_active_broker_interval_ms=1000,
         broker_channel_expired_time_ms=30_000,
         server_channel_max_idle_time_seconds=60,
+        server_socket_backlog=2048,
     )
     assert warnings == []
     defaults, _ = parse_controller_config("", source="-", home="/home/u/")
@@ -97,6 +98,7 @@ def test_print_lists() -> None:
         ("scanNotActiveBrokerInterval", "5000"),
         ("brokerChannelExpiredTime", "120000"),
         ("serverChannelMaxIdleTimeSeconds", "120"),
+        ("serverSocketBacklog", "1024"),
         ("enableControllerInNamesrv", "true"),
         ("controllerListenPort", ""),
         ("scanInactiveMasterInterval", "5000"),

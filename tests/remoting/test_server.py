@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
+import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,7 @@ from remoting.errors import (
     RemotingTooManyRequestsError,
 )
 from remoting.headers import NotifyConsumerIdsChangedRequestHeader
+from remoting.server import ServerLimits
 from tests.remoting.support import App, AppCode, RawPeer, serving, serving_with_client, wait_until
 
 pytestmark = pytest.mark.timeout(20)
@@ -263,3 +267,45 @@ async def test_requests_in_flight_cap_pauses_reading_until_handlers_finish() -> 
         assert opaques == set(range(5))
         await wait_until(lambda: not connection.reading_paused, timeout_s=5, what="resumed")
         await peer.close()
+
+
+def _handshakes_completed(address: tuple[str, int], count: int, wait_s: float) -> int:
+    """Start `count` connections to `address` at once and wait up to `wait_s` (this thread
+    blocked, so a server on it accepts none of them): how many the kernel completed."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(address)
+            sockets.append(sock)
+        pending = {sock.fileno(): sock for sock in sockets}
+        poller = select.poll()  # (not select(): the suite may hold descriptors past 1024)
+        for fd in pending:
+            poller.register(fd, select.POLLOUT)
+        done = 0
+        deadline = time.monotonic() + wait_s
+        while pending and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):
+                poller.unregister(fd)
+                done += pending.pop(fd).getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        return done
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.mark.parametrize("backlog", [ServerLimits().backlog, 100])
+async def test_connections_the_server_has_not_accepted_yet_queue_up_to_its_backlog(
+    backlog: int,
+) -> None:
+    # RocketMQ's serverSocketBacklog (1024): a burst of connections (clients reconnecting after
+    # a failover) while the loop is busy completes, instead of having SYNs dropped and retried
+    # a second later as past asyncio's default of 100.
+    assert ServerLimits().backlog == 1024
+    burst = 600
+    somaxconn = Path("/proc/sys/net/core/somaxconn")  # the kernel's cap on a backlog
+    queued = min(backlog, int(somaxconn.read_text()))  # noqa: ASYNC240 - a /proc read
+    async with serving(App(), backlog=backlog) as server:
+        done = _handshakes_completed(server.address, burst, wait_s=0.5)
+    assert min(burst, queued) <= done <= min(burst, queued + 1)  # Linux queues backlog + 1
