@@ -16,6 +16,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from logging.handlers import QueueHandler
@@ -80,11 +81,12 @@ class LogWriter:
     def stop(self) -> None:
         """Write what is queued, for up to STOP_TIMEOUT_S (a reader that does not read must
         not keep the process from exiting)."""
+        deadline = time.monotonic() + STOP_TIMEOUT_S
         try:
             self._queue.put(_Stop(), timeout=STOP_TIMEOUT_S)
         except queue.Full:
             return
-        self._thread.join(STOP_TIMEOUT_S)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _DroppingQueueHandler(QueueHandler):
