@@ -1,14 +1,21 @@
-"""Loopback ports for Java servers, and the one name-server request the harness makes itself.
+"""Loopback ports for servers, and the one name-server request the harness makes itself.
 
-Ports come from binding to port 0. A broker listens on a block: listenPort - 2 (fast remoting,
-"VIP channel"), listenPort, and listenPort + 1 (HA); `free_broker_port` checks all of them.
+A server's port is picked at random below the kernel's ephemeral range
+(/proc/sys/net/ipv4/ip_local_port_range) and checked free. Not from that range (binding to port
+0): a server restarted on its old port (a killed broker on its store) found it taken in
+between as the source port of some outgoing connection ("Address already in use" for a Java
+broker's HA port in a clean-clone run, 2026-11-28), and no bind or wait gets it back. A broker
+listens on a block: listenPort - 2 (fast remoting, "VIP channel"), listenPort, and
+listenPort + 1 (HA); `free_broker_port` checks all of them.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import socket
 import struct
+from pathlib import Path
 from typing import Final
 
 GET_BROKER_CLUSTER_INFO: Final = 106  # RequestCode.GET_BROKER_CLUSTER_INFO
@@ -19,20 +26,36 @@ class NetworkError(Exception):
     """No free port block, or the name server answered something unexpected."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bound to 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Server ports are drawn from [LISTEN_PORT_LOW, the ephemeral range's start - 2).
+LISTEN_PORT_LOW: Final = 10_000
+_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _listen_ports() -> range:
+    """Ports no outgoing connection takes: below the kernel's ephemeral range."""
+    ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    if ephemeral_low - 2 <= LISTEN_PORT_LOW + 1_000:
+        raise NetworkError(f"the ephemeral range starts at {ephemeral_low}: no room below it")
+    return range(LISTEN_PORT_LOW, ephemeral_low - 2)
+
+
+def free_port(*, attempts: int = 50) -> int:
+    """A TCP port on 127.0.0.1, below the ephemeral range, that was free a moment ago."""
+    return _free_block((0,), attempts)
 
 
 def free_broker_port(*, attempts: int = 50) -> int:
     """A listenPort p with p - 2 (fast remoting), p - 1 and p + 1 (HA) free as well."""
+    return _free_block((-2, -1, 0, 1), attempts)
+
+
+def _free_block(offsets: tuple[int, ...], attempts: int) -> int:
+    ports = _listen_ports()
     for _ in range(attempts):
-        port = free_port()
-        if port >= 1026 and all(_port_is_free(p) for p in (port - 2, port - 1, port + 1)):
+        port = random.randrange(ports.start + 2, ports.stop)
+        if all(_port_is_free(port + offset) for offset in offsets):
             return port
-    raise NetworkError(f"no block of 4 free ports found in {attempts} attempts")
+    raise NetworkError(f"no block of {len(offsets)} free ports found in {attempts} attempts")
 
 
 def _port_is_free(port: int) -> bool:
