@@ -4,7 +4,7 @@ A server's port is picked at random below the kernel's ephemeral range
 (/proc/sys/net/ipv4/ip_local_port_range) and checked free. Not from that range (binding to port
 0): a server restarted on its old port (a killed broker on its store) found it taken in
 between as the source port of some outgoing connection ("Address already in use" for a Java
-broker's HA port in a clean-clone run, 2026-11-28), and no bind or wait gets it back. A broker
+broker's HA port in a clean-clone run, 2026-11-28), for as long as that connection lives. A broker
 listens on a block: listenPort - 2 (fast remoting, "VIP channel"), listenPort, and
 listenPort + 1 (HA); `free_broker_port` checks all of them.
 """
