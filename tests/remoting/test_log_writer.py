@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -33,15 +35,27 @@ def logger() -> logging.Logger:
     return logger
 
 
+@contextmanager
+def stuck_writer(logger: logging.Logger, queue_records: int,
+                 first: str) -> Iterator[tuple[BlockedStream, LogWriter]]:
+    """A `LogWriter` of `logger` whose thread is stuck writing `first` to a reader that stopped
+    reading; the reader resumes (at the latest) on the way out."""
+    stream = BlockedStream()
+    writer = LogWriter(stream, queue_records=queue_records)
+    logger.addHandler(writer.handler)
+    try:
+        logger.info(first)
+        assert stream.writing.wait(10)  # the writer thread is stuck in its write
+        yield stream, writer
+    finally:
+        logger.removeHandler(writer.handler)
+        stream.resume.set()
+
+
 def test_a_reader_that_stops_reading_blocks_no_caller_and_drops_are_counted(
     logger: logging.Logger,
 ) -> None:
-    stream = BlockedStream()
-    writer = LogWriter(stream, queue_records=5)
-    logger.addHandler(writer.handler)
-    try:
-        logger.info("record %d", 0)
-        assert stream.writing.wait(10)  # the writer thread is stuck in its write
+    with stuck_writer(logger, 5, "record 0") as (stream, writer):
 
         def flood() -> None:
             for index in range(1, 21):
@@ -54,9 +68,6 @@ def test_a_reader_that_stops_reading_blocks_no_caller_and_drops_are_counted(
         assert writer.dropped == 15  # 5 queued behind the write in progress
         stream.resume.set()
         writer.stop()
-    finally:
-        logger.removeHandler(writer.handler)
-        stream.resume.set()
     lines = stream.getvalue().splitlines()
     assert [line.split(" INFO test_log_writer ")[-1] for line in lines if " INFO " in line] == \
         [f"record {index}" for index in range(6)]
@@ -69,20 +80,12 @@ def test_a_reader_that_stops_reading_blocks_no_caller_and_drops_are_counted(
 def test_stop_does_not_wait_for_ever_on_a_reader_that_never_reads(
     logger: logging.Logger,
 ) -> None:
-    stream = BlockedStream()
-    writer = LogWriter(stream, queue_records=1)
-    logger.addHandler(writer.handler)
-    try:
-        logger.info("stuck")
-        assert stream.writing.wait(10)
+    with stuck_writer(logger, 1, "stuck") as (_, writer):
         logger.info("queued")  # the queue is full now: stop's own item cannot go in
         stopper = threading.Thread(target=writer.stop)
         stopper.start()
         stopper.join(30)
         assert not stopper.is_alive()
-    finally:
-        logger.removeHandler(writer.handler)
-        stream.resume.set()
 
 
 def test_process_log_writes_through_the_thread_and_restores_the_root_logger(
