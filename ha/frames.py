@@ -24,6 +24,7 @@ What the decoders check (the protocol cores check the rest, e.g. offsets against
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import Final
@@ -220,12 +221,19 @@ MasterFrame = MasterHandshake | TransferFrame
 class _Buffer:
     """A byte buffer with a read position (`pos`) and an end of valid bytes (`end`); its
     capacity is kept between frames (no allocation per read) and consumed bytes are dropped
-    lazily by moving the unread tail (at most one partial frame) to the front."""
+    lazily by moving the unread tail (at most one partial frame) to the front.
+
+    The bytes live in an anonymous mapping, not a bytearray: a bytearray's new pages are
+    zeroed by the interpreter with the GIL held, while a mapping's are first touched by the
+    read into it (`recv_into`), in the kernel, without the GIL. On a VM whose host backs
+    memory again on first touch that matters: a slave's pump thread growing a bytearray to
+    its 4 MiB read held the GIL for 11 ms, and the slave's event loop waited that long for
+    it (perf, 2026-11-28)."""
 
     __slots__ = ("data", "end", "pos")
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.data = mmap.mmap(-1, mmap.PAGESIZE)
         self.pos = 0
         self.end = 0
 
@@ -238,7 +246,10 @@ class _Buffer:
             self.pos, self.end = 0, unread
         need = self.end + size
         if need > len(self.data):
-            self.data.extend(bytes(need - len(self.data)))
+            # Unread bytes are at the front here (moved above when there was not room).
+            grown = mmap.mmap(-1, -(-need // mmap.PAGESIZE) * mmap.PAGESIZE)
+            grown[: self.end] = self.data[: self.end]
+            self.data = grown
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         size = len(data)

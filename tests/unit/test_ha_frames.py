@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import resource
+
 import pytest
 
 from ha.errors import FrameTooLargeError, HAProtocolError
@@ -213,6 +215,38 @@ def test_transfer_body_view_is_released_by_the_next_feed() -> None:
     decoder.feed(b"")
     with pytest.raises(ValueError, match="released"):
         bytes(frame.body)
+
+
+def test_growing_the_read_buffer_touches_none_of_its_pages() -> None:
+    """A slave's pump thread grows the buffer with the GIL held: its new pages must be first
+    touched by the read into it (without the GIL), not zeroed by the growth (ha/frames.py
+    `_Buffer`). A bytearray of 4 MiB takes a fault per page here."""
+    decoder = MasterFrameDecoder("master")
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    room = decoder.read_buffer(4 * 1024 * 1024)
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
+    assert len(room) == 4 * 1024 * 1024
+    assert faults < 16, f"{faults} page faults growing the buffer (1024 pages)"
+    room.release()
+
+
+def test_a_partial_frame_survives_the_buffer_growing() -> None:
+    decoder = MasterFrameDecoder("master")
+    first = TransferHeader(3, 0, 1, 0, 0).encode() + b"abc"
+    second = TransferHeader(70_000, 3, 1, 0, 0).encode() + bytes(range(256)) * 273 + b"x" * 112
+    decoder.feed(first + second[:100])  # the second frame's first 100 bytes wait unread
+    frame = decoder.next_frame()
+    assert isinstance(frame, TransferFrame)
+    assert bytes(frame.body) == b"abc"
+    assert decoder.next_frame() is None
+    with decoder.read_buffer(len(second)) as room:  # more than the buffer holds: it grows
+        room[: len(second) - 100] = second[100:]
+    decoder.received(len(second) - 100)
+    frame = decoder.next_frame()
+    assert isinstance(frame, TransferFrame)
+    assert frame.header.offset == 3
+    assert bytes(frame.body) == second[36:]
+    assert decoder.buffered_bytes == 0
 
 
 def test_handshake_reply_encoder_refuses_more_entries_than_the_decoder_takes() -> None:
