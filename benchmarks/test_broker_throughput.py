@@ -304,18 +304,19 @@ def run_java_loadgen(env: JavaEnv, namesrv: str, server_pid: int, topic: str, mo
 
 
 def run_python_loadgen(work_dir: Path, target: str, addr: str, server_pid: int, topic: str,
-                       mode: str, *, rate: float = 0.0, producers: int = PRODUCERS) -> Run:
+                       mode: str, *, rate: float = 0.0, producers: int = PRODUCERS,
+                       window_s: float = WINDOW_S) -> Run:
     """Run benchmarks/loadgen.py in its own process to its end (`rate` > 0: open loop at that
-    many msg/s)."""
+    many msg/s), measuring `window_s` after its warm-up."""
     command = [
         sys.executable, "-m", "benchmarks.loadgen", target, addr, topic, mode,
         "--producers", str(producers), "--body-bytes", str(BODY_BYTES),
         "--batch-size", str(BATCH_SIZE), "--queues", str(QUEUES),
-        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(WINDOW_S), "--rate", str(rate),
+        "--warmup-s", str(PY_WARMUP_S), "--duration-s", str(window_s), "--rate", str(rate),
     ]
     child = Child.start(f"loadgen-{target}-{mode}", command, work_dir / f"loadgen-{target}-{mode}")
     try:
-        deadline = time.monotonic() + PY_WARMUP_S + WINDOW_S + RUN_EXTRA_S
+        deadline = time.monotonic() + PY_WARMUP_S + window_s + RUN_EXTRA_S
         window = _windowed(
             server_pid,
             lambda line: child.wait_for_output(
