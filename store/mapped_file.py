@@ -374,8 +374,8 @@ class MappedFile:
         """msync [start, start+length) of the mapping (start page-aligned) through ctypes: the
         call releases the GIL (mmap.flush holds it for the whole msync, which would stall the
         event loop for as long as the disk takes). A range over KERNEL_CALL_BYTES has its
-        writeback started a chunk per call first (`sync_file_range`, which waits for nothing and
-        makes nothing durable): the msync then waits for it and makes it durable."""
+        writeback started a chunk per call first (`sync_file_range`, which starts the writes and
+        does not wait for them): the msync then waits for them and makes the range durable."""
         if self.buf.closed:
             raise StoreIOError(f"msync {self.path}: the file is closed")
         if length > KERNEL_CALL_BYTES:
