@@ -9,7 +9,7 @@ acks. Printed: msg/s, p50/p99 of each and the ratio (goal >= 0.6). Then, on each
 run at FIXED_RATE msg/s (the load generator's `--rate`, FIXED_RATE_PRODUCERS producers): p50/p99
 send latency (goal: p99 <= 5 ms replicated), and how far the producers fell behind their
 schedule (a lag far above the p99 means the broker did not hold the rate). The open-loop runs
-measure FIXED_RATE_WINDOW_S each, longer than the saturation runs: a p99 of 5 s at 5,000 msg/s
+measure FIXED_RATE_WINDOW_S each, longer than the saturation runs: a p99 over 5 s at 5,000 msg/s
 is the 250th slowest of 25,000 sends, so one 50 ms pause of this shared host's (the allAck
 wait spans three processes) could set it alone. With 5 s windows, clean-clone runs measured
 2.8-7.7 ms replicated, and the master alone's p99 rose in the same runs (2.0-3.6 ms).
