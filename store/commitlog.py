@@ -38,7 +38,7 @@ END_FILE_MIN_BLANK_LENGTH: Final = 8
 # Keep this much of the current segment pre-faulted ahead of the write position.
 WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
 # Pre-faulting goes a chunk at a time: zeros written over it (`MappedFile.zero_fill`: page-cache
-# folios of the chunk's size, up to 2 MiB), then MADV_POPULATE_WRITE maps those pages. That
+# folios of ZERO_FILL_CALL_BYTES), then MADV_POPULATE_WRITE maps those pages. That
 # call holds the process's mmap lock for reading (a thread mapping a new file, or the loop's own
 # mmap/munmap, then waits for it, and any page fault of the event loop queues behind that
 # writer); over pages already cached it is short. Without the zeros first, each call's first

@@ -38,8 +38,16 @@ PAGE_SIZE: Final = mmap.PAGESIZE
 FILE_NAME_DIGITS: Final = 20
 # `zeroing_from` while no zero-fill runs: past the end of any file.
 NO_ZERO_FILL: Final = 1 << 62
+# The most one `zero_fill` write hands the kernel. The page cache takes a write's pages as one
+# folio of its size, and filling a folio is one uninterrupted copy on a PREEMPT_NONE kernel:
+# 2 MiB writes kept a CPU 7-8 ms on cold memory, and the broker's loop, woken on that CPU,
+# waited behind them while the other CPU sat idle (the scheduler keeps a cache-hot task where
+# it is). At 45,000 msg/s (perf, 2026-11-28) the loop's waits of 4 ms or more were 86 and 238
+# per run with 2 MiB writes (483 and 1356 ms, most behind the pre-faulting thread), 10-13 with
+# 256 KiB (96-137 ms; 3 runs), and publish p99.9 14-29 ms against 7.5-11.
+ZERO_FILL_CALL_BYTES: Final = 256 * 1024
 # Zeros `zero_fill` writes from (read-only, shared by every file).
-_ZEROS: Final = memoryview(bytes(2 * 1024 * 1024))
+_ZEROS: Final = memoryview(bytes(ZERO_FILL_CALL_BYTES))
 
 _FALLOC_FL_KEEP_SIZE: Final = 0x01
 _FALLOC_FL_PUNCH_HOLE: Final = 0x02
@@ -330,10 +338,11 @@ class MappedFile:
 
     def zero_fill(self, start: int, end: int) -> None:
         """Write zeros over [start, end), from the first page past every write made or claimed.
-        Through write(), the page cache takes those pages as folios of the write's size (up to
-        2 MiB) and nothing else; a first touch of a hole through the mapping instead reads
-        around it, up to the device's read_ahead_kb (8 MiB here), all zero-filled in one
-        kernel call the scheduler cannot preempt (19 ms on cold memory, 2026-11-27).
+        Through write(), the page cache takes those pages as folios of the write's size
+        (ZERO_FILL_CALL_BYTES) and nothing else; a first touch of a hole through the mapping
+        instead reads around it, up to the device's read_ahead_kb (8 MiB here), all
+        zero-filled in one kernel call the scheduler cannot preempt (19 ms on cold memory,
+        2026-11-27).
 
         Exclusion with the writers, who write without a lock (`claim`): this publishes
         `zeroing_from` and then reads `writing_to`, a writer publishes `writing_to` and then

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from store.mapped_file import NO_ZERO_FILL, PAGE_SIZE, MappedFile
+from store.mapped_file import NO_ZERO_FILL, PAGE_SIZE, ZERO_FILL_CALL_BYTES, MappedFile
 
 FILE_BYTES = 1024 * 1024
 MARK = 0xAB
@@ -39,6 +39,30 @@ def test_zeros_go_only_past_what_was_written_or_claimed(marked: MappedFile) -> N
     assert marked.buf[first_zero : 64 * 1024] == bytes(64 * 1024 - first_zero)
     assert marked.buf[64 * 1024 : 64 * 1024 + 10] == bytes([MARK]) * 10
     assert marked.zeroing_from == NO_ZERO_FILL
+
+
+def test_zeros_go_to_the_kernel_in_bounded_writes(
+    marked: MappedFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write is at most ZERO_FILL_CALL_BYTES (a larger one is one uninterrupted folio copy
+    that keeps a CPU from the event loop), and together they cover the range once, in order."""
+    calls: list[tuple[int, int]] = []
+    real_pwrite = os.pwrite
+
+    def recording_pwrite(fd: int, data: memoryview, pos: int) -> int:
+        calls.append((pos, len(data)))
+        return real_pwrite(fd, data, pos)
+
+    monkeypatch.setattr(os, "pwrite", recording_pwrite)
+    marked.wrote_position = 5000
+    marked.zero_fill(0, FILE_BYTES)
+    assert FILE_BYTES > 2 * ZERO_FILL_CALL_BYTES  # the range takes several writes
+    assert all(0 < size <= ZERO_FILL_CALL_BYTES for _, size in calls)
+    assert [pos for pos, _ in calls] == list(
+        range(2 * PAGE_SIZE, FILE_BYTES, ZERO_FILL_CALL_BYTES))
+    assert sum(size for _, size in calls) == FILE_BYTES - 2 * PAGE_SIZE
+    assert marked.buf[: 2 * PAGE_SIZE] == bytes([MARK]) * 2 * PAGE_SIZE
+    assert marked.buf[2 * PAGE_SIZE :] == bytes(FILE_BYTES - 2 * PAGE_SIZE)
 
 
 def test_a_writer_claiming_into_a_zero_fill_waits_for_it(
