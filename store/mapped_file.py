@@ -38,14 +38,15 @@ PAGE_SIZE: Final = mmap.PAGESIZE
 FILE_NAME_DIGITS: Final = 20
 # `zeroing_from` while no zero-fill runs: past the end of any file.
 NO_ZERO_FILL: Final = 1 << 62
-# The most one `zero_fill` write hands the kernel. The page cache takes a write's pages as one
-# folio of its size, and filling a folio is one uninterrupted copy on a PREEMPT_NONE kernel:
-# 2 MiB writes kept a CPU 7-8 ms on cold memory, and the broker's loop, woken on that CPU,
-# waited behind them while the other CPU sat idle (the scheduler keeps a cache-hot task where
-# it is). At 45,000 msg/s (perf, 2026-11-28) the loop's waits of 4 ms or more were 86 and 238
-# per run with 2 MiB writes (483 and 1356 ms, most behind the pre-faulting thread), 10-13 with
-# 256 KiB (96-137 ms; 3 runs), and publish p99.9 14-29 ms against 7.5-11.
-ZERO_FILL_CALL_BYTES: Final = 256 * 1024
+# The most one `zero_fill` write hands the kernel, and so the size of the page-cache folios it
+# makes. A 2 MiB folio is mapped with one PMD (one TLB entry: `FilePmdMapped` in smaps; 1 MiB
+# and 256 KiB folios are not), and appends and reads go faster: Java client batches of 32 at
+# 224,000-234,000 msg/s against 178,000-201,000 with 1 MiB or 256 KiB writes (2026-11-28). The
+# price: a folio is filled in one uninterrupted copy on a PREEMPT_NONE kernel, 7-8 ms for 2 MiB
+# on this VM's cold memory, and a loop woken on that CPU waits behind it. With 256 KiB writes
+# the loop's waits of 4 ms or more at 45,000 msg/s fell from 86-238 per run to 10-13, but the
+# clean-clone run with them still had 3 stalls over 10 ms (README "Latency under a steady load").
+ZERO_FILL_CALL_BYTES: Final = 2 * 1024 * 1024
 # Zeros `zero_fill` writes from (read-only, shared by every file).
 _ZEROS: Final = memoryview(bytes(ZERO_FILL_CALL_BYTES))
 

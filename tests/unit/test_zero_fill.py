@@ -41,11 +41,13 @@ def test_zeros_go_only_past_what_was_written_or_claimed(marked: MappedFile) -> N
     assert marked.zeroing_from == NO_ZERO_FILL
 
 
-def test_zeros_go_to_the_kernel_in_bounded_writes(
-    marked: MappedFile, monkeypatch: pytest.MonkeyPatch
+def test_zeros_go_to_the_kernel_in_folio_sized_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each write is at most ZERO_FILL_CALL_BYTES (a larger one is one uninterrupted folio copy
-    that keeps a CPU from the event loop), and together they cover the range once, in order."""
+    """Each write is at most ZERO_FILL_CALL_BYTES (the size of the page-cache folios it makes),
+    and together they cover the range once, in order."""
+    size = 3 * ZERO_FILL_CALL_BYTES + 5 * PAGE_SIZE
+    mapped = MappedFile.create(tmp_path / f"{0:020d}", size)
     calls: list[tuple[int, int]] = []
     real_pwrite = os.pwrite
 
@@ -53,16 +55,18 @@ def test_zeros_go_to_the_kernel_in_bounded_writes(
         calls.append((pos, len(data)))
         return real_pwrite(fd, data, pos)
 
-    monkeypatch.setattr(os, "pwrite", recording_pwrite)
-    marked.wrote_position = 5000
-    marked.zero_fill(0, FILE_BYTES)
-    assert FILE_BYTES > 2 * ZERO_FILL_CALL_BYTES  # the range takes several writes
-    assert all(0 < size <= ZERO_FILL_CALL_BYTES for _, size in calls)
-    assert [pos for pos, _ in calls] == list(
-        range(2 * PAGE_SIZE, FILE_BYTES, ZERO_FILL_CALL_BYTES))
-    assert sum(size for _, size in calls) == FILE_BYTES - 2 * PAGE_SIZE
-    assert marked.buf[: 2 * PAGE_SIZE] == bytes([MARK]) * 2 * PAGE_SIZE
-    assert marked.buf[2 * PAGE_SIZE :] == bytes(FILE_BYTES - 2 * PAGE_SIZE)
+    try:
+        mapped.buf[:] = bytes([MARK]) * size
+        monkeypatch.setattr(os, "pwrite", recording_pwrite)
+        mapped.wrote_position = 5000
+        mapped.zero_fill(0, size)
+        assert all(0 < length <= ZERO_FILL_CALL_BYTES for _, length in calls)
+        assert [pos for pos, _ in calls] == list(range(2 * PAGE_SIZE, size, ZERO_FILL_CALL_BYTES))
+        assert sum(length for _, length in calls) == size - 2 * PAGE_SIZE
+        assert mapped.buf[: 2 * PAGE_SIZE] == bytes([MARK]) * 2 * PAGE_SIZE
+        assert mapped.buf[2 * PAGE_SIZE :] == bytes(size - 2 * PAGE_SIZE)
+    finally:
+        mapped.close()
 
 
 def test_a_writer_claiming_into_a_zero_fill_waits_for_it(
