@@ -4,6 +4,7 @@ for it, a zero-fill a writer overtakes backs off, and concurrent writes all surv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -19,15 +20,21 @@ FILE_BYTES = 1024 * 1024
 MARK = 0xAB
 
 
-@pytest.fixture
-def marked(tmp_path: Path) -> Iterator[MappedFile]:
-    """A file whose every byte is MARK, nothing written yet."""
-    mapped = MappedFile.create(tmp_path / f"{0:020d}", FILE_BYTES)
-    mapped.buf[:] = bytes([MARK]) * FILE_BYTES
+@contextlib.contextmanager
+def marked_file(directory: Path, size: int) -> Iterator[MappedFile]:
+    """A file of `size` bytes, every one MARK, nothing written yet."""
+    mapped = MappedFile.create(directory / f"{0:020d}", size)
     try:
+        mapped.buf[:] = bytes([MARK]) * size
         yield mapped
     finally:
         mapped.close()
+
+
+@pytest.fixture
+def marked(tmp_path: Path) -> Iterator[MappedFile]:
+    with marked_file(tmp_path, FILE_BYTES) as mapped:
+        yield mapped
 
 
 def test_zeros_go_only_past_what_was_written_or_claimed(marked: MappedFile) -> None:
@@ -47,7 +54,6 @@ def test_zeros_go_to_the_kernel_in_folio_sized_writes(
     """Each write is at most ZERO_FILL_CALL_BYTES (the size of the page-cache folios it makes),
     and together they cover the range once, in order."""
     size = 3 * ZERO_FILL_CALL_BYTES + 5 * PAGE_SIZE
-    mapped = MappedFile.create(tmp_path / f"{0:020d}", size)
     calls: list[tuple[int, int]] = []
     real_pwrite = os.pwrite
 
@@ -55,8 +61,7 @@ def test_zeros_go_to_the_kernel_in_folio_sized_writes(
         calls.append((pos, len(data)))
         return real_pwrite(fd, data, pos)
 
-    try:
-        mapped.buf[:] = bytes([MARK]) * size
+    with marked_file(tmp_path, size) as mapped:
         monkeypatch.setattr(os, "pwrite", recording_pwrite)
         mapped.wrote_position = 5000
         mapped.zero_fill(0, size)
@@ -65,8 +70,6 @@ def test_zeros_go_to_the_kernel_in_folio_sized_writes(
         assert sum(length for _, length in calls) == size - 2 * PAGE_SIZE
         assert mapped.buf[: 2 * PAGE_SIZE] == bytes([MARK]) * 2 * PAGE_SIZE
         assert mapped.buf[2 * PAGE_SIZE :] == bytes(size - 2 * PAGE_SIZE)
-    finally:
-        mapped.close()
 
 
 def test_a_writer_claiming_into_a_zero_fill_waits_for_it(
@@ -123,15 +126,10 @@ class _OvertakenFile(MappedFile):
             self.writing_to = start + 10
 
 
-def test_a_zero_fill_a_writer_overtakes_writes_nothing(tmp_path: Path) -> None:
-    mapped = MappedFile.create(tmp_path / f"{0:020d}", FILE_BYTES)
-    mapped.__class__ = _OvertakenFile
-    try:
-        mapped.buf[:] = bytes([MARK]) * FILE_BYTES
-        mapped.zero_fill(0, 64 * 1024)
-        assert mapped.buf[: 64 * 1024] == bytes([MARK]) * 64 * 1024
-    finally:
-        mapped.close()
+def test_a_zero_fill_a_writer_overtakes_writes_nothing(marked: MappedFile) -> None:
+    marked.__class__ = _OvertakenFile
+    marked.zero_fill(0, 64 * 1024)
+    assert marked.buf[: 64 * 1024] == bytes([MARK]) * 64 * 1024
 
 
 def test_writes_racing_the_zero_fill_all_survive(tmp_path: Path) -> None:
