@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from store import mapped_file
+from store.hot_folio import FOLIO_BYTES
 from store.mapped_file import NO_ZERO_FILL, PAGE_SIZE, ZERO_FILL_CALL_BYTES, MappedFile
 
 FILE_BYTES = 1024 * 1024
@@ -70,6 +72,37 @@ def test_zeros_go_to_the_kernel_in_folio_sized_writes(
         assert sum(length for _, length in calls) == size - 2 * PAGE_SIZE
         assert mapped.buf[: 2 * PAGE_SIZE] == bytes([MARK]) * 2 * PAGE_SIZE
         assert mapped.buf[2 * PAGE_SIZE :] == bytes(size - 2 * PAGE_SIZE)
+
+
+@pytest.mark.parametrize("wrote", [0, 5000])
+def test_each_write_that_makes_a_whole_folio_gets_a_hot_block_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wrote: int
+) -> None:
+    """`hot_folio.heat_next_folio` runs right before each write of a whole, aligned 2 MiB
+    folio, and before no other write (one not aligned, or the short tail, makes no such
+    folio: a hot 2 MiB block would wait unused)."""
+    size = 3 * ZERO_FILL_CALL_BYTES + 5 * PAGE_SIZE
+    events: list[tuple[str, int]] = []
+    real_pwrite = os.pwrite
+
+    def recording_pwrite(fd: int, data: memoryview, pos: int) -> int:
+        events.append(("write", pos))
+        return real_pwrite(fd, data, pos)
+
+    def recording_heat() -> bool:
+        events.append(("heat", -1))
+        return True
+
+    with marked_file(tmp_path, size) as mapped:
+        monkeypatch.setattr(os, "pwrite", recording_pwrite)
+        monkeypatch.setattr(mapped_file, "heat_next_folio", recording_heat)
+        mapped.wrote_position = wrote
+        mapped.zero_fill(0, size)
+    heated_writes = [events[i + 1][1] for i, (kind, _) in enumerate(events) if kind == "heat"]
+    aligned = [pos for kind, pos in events if kind == "write"
+               and pos % FOLIO_BYTES == 0 and pos + FOLIO_BYTES <= size]
+    assert heated_writes == aligned
+    assert len(aligned) == (3 if wrote == 0 else 0)
 
 
 def test_a_writer_claiming_into_a_zero_fill_waits_for_it(
