@@ -11,8 +11,10 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   touched after the host reclaimed it costs a host fault), one without them to our code;
 - a watchdog thread that sleeps until the tick would be overdue by `stall_threshold_ms` and,
   while it is, samples the loop thread's Python stack (`sys._current_frames()`) every sample
-  interval (at most half the threshold): the callback or coroutine the loop is stuck in. It
-  also logs: each stall is one WARNING with its length, the breakdown above, any garbage
+  interval (at most half the threshold): the callback or coroutine the loop is stuck in, and
+  where the loop thread sleeps in the kernel, if it does (/proc wchan: `futex_do_wait` is a
+  wait for the GIL or a lock, `rwsem_down_*` for the mmap lock, `do_epoll_wait` for events).
+  It also logs: each stall is one WARNING with its length, the breakdown above, any garbage
   collection that ran inside it (`gc.callbacks`, which see collections in every thread) and
   the stack seen most often.
 
@@ -170,6 +172,30 @@ class SchedStat:
             self._fd = None
 
 
+class KernelWait:
+    """Where one thread of this process sleeps in the kernel (its /proc wchan), read from
+    another thread; None while it runs, or where the kernel does not say."""
+
+    def __init__(self, native_id: int) -> None:
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._fd = os.open(f"/proc/self/task/{native_id}/wchan", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> str | None:
+        if self._fd is None:
+            return None
+        try:
+            where = os.pread(self._fd, 128, 0).decode("ascii", "replace").strip()
+        except OSError:
+            return None
+        return where if where and where != "0" else None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class LoopMonitor:
     """Samples one event loop's lag and reports its stalls. `start()` on the loop, `close()`."""
 
@@ -193,6 +219,7 @@ class LoopMonitor:
         self._base: frozenset[CodeType] = frozenset()
         self._handle: asyncio.TimerHandle | None = None
         self._schedstat: SchedStat | None = None
+        self._kernel_wait: KernelWait | None = None
         self._due_s = 0.0
         self._last_tick_s = 0.0
         self._last_sched: tuple[int, int] | None = None
@@ -201,7 +228,9 @@ class LoopMonitor:
         self._windows: deque[StallWindow] = deque(maxlen=1024)
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
         self._gc_started_s = 0.0
-        self._samples: deque[tuple[float, tuple[str, ...]]] = deque(maxlen=SAMPLES_PER_STALL_MAX)
+        # (when, the loop thread's stack, where it slept in the kernel)
+        self._samples: deque[tuple[float, tuple[str, ...], str | None]] = deque(
+            maxlen=SAMPLES_PER_STALL_MAX)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stalls = 0
@@ -219,6 +248,7 @@ class LoopMonitor:
         self._loop_thread_id = threading.get_ident()
         self._base = loop_base_frames(sys._getframe())
         self._schedstat = SchedStat()
+        self._kernel_wait = KernelWait(threading.get_native_id())
         self._last_sched = self._schedstat.read()
         self._last_faults = thread_page_faults()
         now = time.monotonic()
@@ -244,6 +274,9 @@ class LoopMonitor:
         if self._schedstat is not None:
             self._schedstat.close()
             self._schedstat = None
+        if self._kernel_wait is not None:
+            self._kernel_wait.close()
+            self._kernel_wait = None
 
     # ------------------------------------------------------------------ on the loop
 
@@ -297,8 +330,11 @@ class LoopMonitor:
             if self._stop.wait(overdue_in if overdue_in > 0 else period):
                 break
             if time.monotonic() - self._due_s > self._threshold_s:
+                assert self._kernel_wait is not None
+                where = self._kernel_wait.read()
                 frame = sys._current_frames().get(self._loop_thread_id)
-                self._samples.append((time.monotonic(), format_stack(frame, base=self._base)))
+                self._samples.append((time.monotonic(), format_stack(frame, base=self._base),
+                                      where))
                 del frame
             self._report_pending()
 
@@ -315,9 +351,12 @@ class LoopMonitor:
             if overlap > 0:
                 gc_s += overlap
                 generations.add(generation)
-        stacks = Counter(stack for at, stack in list(self._samples)
-                         if window.start_s <= at <= window.end_s and stack)
+        samples = [(stack, where) for at, stack, where in list(self._samples)
+                   if window.start_s <= at <= window.end_s]
+        stacks = Counter(stack for stack, _ in samples if stack)
         stack, seen = stacks.most_common(1)[0] if stacks else ((), 0)
+        waits = Counter(where for _, where in samples if where is not None)
+        kernel_wait = waits.most_common(1)[0][0] if waits else "-"
         cause = classify_stall(window, gc_s)
         self.stalls += 1
         self.max_lag_s = max(self.max_lag_s, window.lag_s)
@@ -326,9 +365,10 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s gc_ms=%.1f%s samples=%d running=%s",
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
+            kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             seen, " <- ".join(stack) if stack else "-",
         )
