@@ -13,8 +13,8 @@ once puts the block on this CPU's free list, and the very next 2 MiB allocation,
 takes it: the copy then takes 0.3 ms (2026-11-28, 64 of 64 times).
 
 Measured at 45,000 msg/s (the latency benchmark, `perf` over pyrmq's run): the event loop's
-waits of 4 ms or more for a CPU fell from 96-132 per run to 26-33, and the store's worker
-threads, first among what the loop waited behind, dropped out of that list.
+waits of 4 ms or more for a CPU fell from 96-199 per run (5 runs) to 26-33 (3 runs), and the
+store's worker threads, first among what the loop waited behind, dropped out of that list.
 
 Invariants:
 - Best effort and harmless: without anonymous transparent huge pages of exactly FOLIO_BYTES
