@@ -26,23 +26,18 @@ Invariants:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import mmap
 import threading
 from pathlib import Path
 from typing import Final
 
+from store.libc import address_of
+from store.libc import libc as _libc  # the memset below waits, without the GIL, for a zeroing
+
 FOLIO_BYTES: Final = 2 * 1024 * 1024
 _THP_DIR: Final = Path("/sys/kernel/mm/transparent_hugepage")
 _MADV_DONTNEED: Final = 4
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-# Through ctypes, without the GIL: the store below waits for a huge page being zeroed.
-_libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-_libc.memset.restype = ctypes.c_void_p
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.madvise.restype = ctypes.c_int
 
 
 def anonymous_huge_pages(thp_dir: Path = _THP_DIR) -> bool:
@@ -71,9 +66,7 @@ def _slot_address() -> int:
     if _slot.mapping is None:
         # Twice the size, so that an aligned block fits whatever address the kernel picks.
         mapping = mmap.mmap(-1, 2 * FOLIO_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        holder = ctypes.c_char.from_buffer(mapping)
-        start = ctypes.addressof(holder)
-        del holder  # the export must go, or the mapping could never be closed
+        start = address_of(mapping)
         aligned = -(-start // FOLIO_BYTES) * FOLIO_BYTES
         mapping.madvise(mmap.MADV_HUGEPAGE, aligned - start, FOLIO_BYTES)
         _slot.mapping, _slot.address = mapping, aligned

@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import mmap
@@ -32,6 +31,8 @@ import numpy.typing as npt
 from store import testhooks
 from store.errors import CorruptFileError, DiskFullError, StoreIOError
 from store.hot_folio import FOLIO_BYTES, heat_next_folio
+from store.libc import address_of as _address_of
+from store.libc import libc as _libc
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +58,12 @@ _FALLOC_FL_KEEP_SIZE: Final = 0x01
 _FALLOC_FL_PUNCH_HOLE: Final = 0x02
 _FALLOC_FL_ZERO_RANGE: Final = 0x10
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-_libc.fallocate.restype = ctypes.c_int
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.madvise.restype = ctypes.c_int
 # Fault pages in writable ahead of the writer (Linux 5.14+). Called through ctypes because
 # ctypes releases the GIL for the call; mmap.madvise holds it for the whole (slow) call.
 _MADV_POPULATE_WRITE: Final = 23
 _MADV_NORMAL: Final = 0
 _MADV_RANDOM: Final = 1
-_libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.msync.restype = ctypes.c_int
 _MS_SYNC: Final = 4
-_libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-_libc.sync_file_range.restype = ctypes.c_int
 _SYNC_FILE_RANGE_WRITE: Final = 2
 # The most one write (`write_at`) or one writeback start (`flush`) hands the kernel. This VM's
 # kernel is PREEMPT_NONE: a thread inside a call keeps its CPU until the call is done, and a
@@ -112,15 +104,6 @@ def _io_error(path: Path, what: str, err: OSError) -> Exception:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(f"{what} {path}: no space left on device")
     return StoreIOError(f"{what} {path}: {err.strerror or err}")
-
-
-def _address_of(buf: mmap.mmap) -> int:
-    """The mapping's start address (stable for its lifetime), for libc calls made without the
-    GIL. The temporary buffer export is dropped at once, so close() keeps working."""
-    holder = ctypes.c_char.from_buffer(buf)
-    address = ctypes.addressof(holder)
-    del holder
-    return address
 
 
 def make_dirs_durable(directory: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from store import hot_folio
 from store.hot_folio import FOLIO_BYTES, anonymous_huge_pages, heat_next_folio
+from store.libc import libc
 
 PAGE = 4096
 
@@ -79,7 +80,7 @@ class _Spy:
 
 
 def test_a_heat_makes_one_huge_page_and_frees_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = _Spy(hot_folio._libc)
+    spy = _Spy(libc)
     monkeypatch.setattr(hot_folio, "_libc", spy)
     if not hot_folio.anonymous_huge_pages():
         assert heat_next_folio() is False
