@@ -148,52 +148,58 @@ def thread_page_faults() -> tuple[int, int] | None:
     return usage.ru_minflt, usage.ru_majflt
 
 
-class SchedStat:
+class _ProcFile:
+    """One /proc file kept open and read again from its start (pread) at each sample: a few
+    microseconds, no open/close per read. Unavailable (None on every read) where it is missing."""
+
+    def __init__(self, path: str) -> None:
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _read(self) -> bytes | None:
+        if self._fd is None:
+            return None
+        try:
+            return os.pread(self._fd, 128, 0)
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class SchedStat(_ProcFile):
     """The calling thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None. Open it
     in the thread to be watched (the loop's)."""
 
     def __init__(self) -> None:
-        self._fd: int | None = None
-        with contextlib.suppress(OSError):
-            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        super().__init__("/proc/thread-self/schedstat")
 
     def read(self) -> tuple[int, int] | None:
-        if self._fd is None:
+        data = self._read()
+        if data is None:
             return None
         try:
-            fields = os.pread(self._fd, 128, 0).split()
+            fields = data.split()
             return int(fields[0]), int(fields[1])
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             return None
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
-
-class KernelWait:
+class KernelWait(_ProcFile):
     """Where one thread of this process sleeps in the kernel (its /proc wchan), read from
     another thread; None while it runs, or where the kernel does not say."""
 
     def __init__(self, native_id: int) -> None:
-        self._fd: int | None = None
-        with contextlib.suppress(OSError):
-            self._fd = os.open(f"/proc/self/task/{native_id}/wchan", os.O_RDONLY | os.O_CLOEXEC)
+        super().__init__(f"/proc/self/task/{native_id}/wchan")
 
     def read(self) -> str | None:
-        if self._fd is None:
-            return None
-        try:
-            where = os.pread(self._fd, 128, 0).decode("ascii", "replace").strip()
-        except OSError:
-            return None
+        data = self._read()
+        where = "" if data is None else data.decode("ascii", "replace").strip()
         return where if where and where != "0" else None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class LoopMonitor:
