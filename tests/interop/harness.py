@@ -59,7 +59,15 @@ from tests.interop.output import (
     parse_consume_output,
     parse_produce_output,
 )
-from tests.support.processes import die_with_parent, kill, tail, terminate, wait_for_match
+from tests.support.processes import (
+    die_with_parent,
+    kill,
+    nice_child,
+    set_autogroup_nice,
+    tail,
+    terminate,
+    wait_for_match,
+)
 
 __all__ = [
     "ADMIN_MAIN",
@@ -331,10 +339,14 @@ class JavaEnv:
         heap_mb: int = CLIENT_HEAP_MB,
         sysprops: Mapping[str, str] | None = None,
         jvm_args: Sequence[str] = (),
+        nice: int = 0,
     ) -> JavaProcess:
         """Start a JVM in the background; its stdout, stderr and log go to files in its work_dir.
 
         `name` (default: the class's simple name) names the work dir, made unique with -2, -3...
+        `nice` above 0 lowers its CPU weight, its threads' and its session's
+        (`set_autogroup_nice`): a load generator that must not compete as an equal with the
+        server it measures.
         """
         unique, work_dir = self._work_dir(name or main_class.rsplit(".", 1)[-1].lower())
         return self._start(
@@ -345,6 +357,7 @@ class JavaEnv:
             heap_mb=heap_mb,
             sysprops=sysprops or {},
             jvm_args=jvm_args,
+            nice=nice,
         )
 
     def _start(
@@ -357,6 +370,7 @@ class JavaEnv:
         heap_mb: int,
         sysprops: Mapping[str, str],
         jvm_args: Sequence[str],
+        nice: int = 0,
     ) -> JavaProcess:
         command = self._command(
             main_class,
@@ -379,8 +393,10 @@ class JavaEnv:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+                preexec_fn=nice_child(nice) if nice else die_with_parent,  # noqa: PLW1509 - no locks
             )
+        if nice:
+            set_autogroup_nice(popen.pid, nice)
         process = JavaProcess(unique, main_class, tuple(args), work_dir, popen)
         self._processes.append(process)
         return process

@@ -26,6 +26,40 @@ def die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def nice_child(nice: int) -> Callable[[], None]:
+    """preexec_fn: `die_with_parent`, then the child's nice raised by `nice` (every thread it
+    starts inherits it)."""
+    def preexec() -> None:
+        die_with_parent()
+        os.nice(nice)
+    return preexec
+
+
+def set_autogroup_nice(pid: int, nice: int) -> None:
+    """The CPU weight of `pid`'s scheduler autogroup, the group of its session's processes.
+
+    With autogroups (Linux's default for desktop and server kernels) a thread's nice only
+    ranks it within its own session; the scheduler shares the CPUs between sessions by the
+    group's nice, 0 for every new session. So a child started in a session of its own
+    (`start_new_session`) at nice 10 still competes as an equal with every other session:
+    this sets the group's. Without autogroups (no /proc/<pid>/autogroup) the threads' nice
+    already does it. The kernel takes one change per 100 ms from a process without
+    CAP_SYS_ADMIN: a refused one is retried."""
+    path = Path(f"/proc/{pid}/autogroup")
+    if not path.exists():
+        return
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            path.write_text(f"{nice}\n")
+        except BlockingIOError:  # EAGAIN: the kernel's rate limit
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+        else:
+            return
+
+
 def tail(path: Path, lines: int) -> str:
     """The last `lines` lines of a log file, for failure messages."""
     try:
