@@ -38,7 +38,7 @@ def nice_child(nice: int) -> Callable[[], None]:
 def set_autogroup_nice(pid: int, nice: int) -> None:
     """The CPU weight of `pid`'s scheduler autogroup, the group of its session's processes.
 
-    With autogroups (Linux's default for desktop and server kernels) a thread's nice only
+    With autogroups (CONFIG_SCHED_AUTOGROUP, on where the kernel has it) a thread's nice only
     ranks it within its own session; the scheduler shares the CPUs between sessions by the
     group's nice, 0 for every new session. So a child started in a session of its own
     (`start_new_session`) at nice 10 still competes as an equal with every other session:
