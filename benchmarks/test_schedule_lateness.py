@@ -18,6 +18,9 @@ full collection scans the whole pytest process (every module of every benchmark)
 loop for tens of milliseconds, which the broker's frozen heap avoids. The line also prints each
 run's CPU time and how long its loop thread waited for a CPU (`/proc/thread-self/schedstat`): on
 a shared machine that wait largely decides p99 (a run that waited seconds is a loaded run).
+Each run's loop is watched by the broker's own loop monitor (broker/loop_monitor.py): its
+stalls over STALL_REPORT_MS are printed with their cause, so that a run whose loop was held up
+(three CI runs had a p99 of 99-259 ms, the bare timers in the same loop as late) names why.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any, Final
 from benchmarks.conftest import record
 from broker.config_file import ConfigFile
 from broker.heap import GC_THRESHOLDS
+from broker.loop_monitor import LoopMonitor
 from broker.schedule_message_service import ScheduleMessageService
 from store.config import StoreConfig
 from store.host_port import HostPort
@@ -49,6 +53,7 @@ SCHEDULE_S: Final = 3
 TICK_MS: Final = 10
 DELAY_MS: Final = 1_000
 HOST: Final = HostPort(bytes([127, 0, 0, 1]), 10911)
+STALL_REPORT_MS: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,7 @@ class Run:
     timers_ms: list[float]  # bare timers for the same due times in the same loop, same run
     cpu_s: float  # process CPU time (all threads) during the run
     cpu_wait_ms: float | None  # the loop thread's run-queue wait; None where not readable
+    stalls: str  # the loop monitor's stalls over STALL_REPORT_MS
 
 
 def _runqueue_wait_ns() -> int | None:
@@ -69,14 +75,41 @@ def _runqueue_wait_ns() -> int | None:
 
 def measured(run: Callable[[Path], Coroutine[Any, Any, tuple[list[float], list[float]]]],
              root: Path) -> Run:
+    monitor = LoopMonitor(stall_threshold_ms=STALL_REPORT_MS)
+
+    async def monitored() -> tuple[list[float], list[float]]:
+        monitor.start()
+        try:
+            return await run(root)
+        finally:
+            monitor.close()
+
     wait_before = _runqueue_wait_ns()
     cpu_before = time.process_time()
-    lateness, timers = asyncio.run(run(root))
+    lateness, timers = asyncio.run(monitored())
     cpu_s = time.process_time() - cpu_before
     wait_after = _runqueue_wait_ns()
     cpu_wait_ms = None if wait_before is None or wait_after is None else \
         (wait_after - wait_before) / 1e6
-    return Run(lateness, timers, cpu_s, cpu_wait_ms)
+    return Run(lateness, timers, cpu_s, cpu_wait_ms, describe_stalls(monitor))
+
+
+def describe_stalls(monitor: LoopMonitor) -> str:
+    """The monitor's stalls: how many, and the longest with what took its time."""
+    if not monitor.reported:
+        return f"no loop stall over {STALL_REPORT_MS} ms"
+    window, cause, gc_s, stack = max(monitor.reported, key=lambda stall: stall[0].lag_s)
+    faults = "-" if window.page_faults is None else "{}/{}".format(*window.page_faults)
+    count = len(monitor.reported)
+    return (f"{count} loop stall{'s' if count > 1 else ''} over {STALL_REPORT_MS} ms, the longest "
+            f"{window.lag_s * 1000:.0f} ms {cause.value} (on the CPU "
+            f"{_ms_text(window.on_cpu_s)} ms, waiting for one {_ms_text(window.runqueue_wait_s)} "
+            f"ms, page faults {faults}, GC {gc_s * 1000:.0f} ms, running "
+            f"{' <- '.join(stack) if stack else '-'})")
+
+
+def _ms_text(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1000:.0f}"
 
 
 @contextlib.contextmanager
@@ -219,9 +252,9 @@ def test_schedule_delivery_lateness(tmp_path: Path) -> None:
         f"schedule: {RATE_PER_S:,} level-1 msg/s for {SCHEDULE_S} s: delivery lateness "
         f"p50 {percentile(late, 0.5):.1f} ms, p99 {percentile(late, 0.99):.1f} ms, "
         f"max {max(late):.1f} ms (CPU {pyrmq.cpu_s:.2f} s, loop waited {_cpu_wait(pyrmq)} ms "
-        f"for a CPU; bare timers in the same loop p99 {percentile(shadow, 0.99):.1f} ms); "
-        f"bare asyncio timers alone under the same producer and store p50 "
-        f"{percentile(peer, 0.5):.1f} ms, p99 {percentile(peer, 0.99):.1f} ms (CPU "
-        f"{bare.cpu_s:.2f} s, waited {_cpu_wait(bare)} ms); mean lateness ratio "
+        f"for a CPU, {pyrmq.stalls}; bare timers in the same loop p99 "
+        f"{percentile(shadow, 0.99):.1f} ms); bare asyncio timers alone under the same producer "
+        f"and store p50 {percentile(peer, 0.5):.1f} ms, p99 {percentile(peer, 0.99):.1f} ms (CPU "
+        f"{bare.cpu_s:.2f} s, waited {_cpu_wait(bare)} ms, {bare.stalls}); mean lateness ratio "
         f"{statistics.mean(late) / max(statistics.mean(peer), 0.001):.1f}"
     )
