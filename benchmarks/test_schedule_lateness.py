@@ -38,7 +38,7 @@ from typing import Any, Final
 from benchmarks.conftest import record
 from broker.config_file import ConfigFile
 from broker.heap import GC_THRESHOLDS
-from broker.loop_monitor import LoopMonitor
+from broker.loop_monitor import LoopMonitor, SchedStat
 from broker.schedule_message_service import ScheduleMessageService
 from store.config import StoreConfig
 from store.host_port import HostPort
@@ -61,16 +61,8 @@ class Run:
     lateness_ms: list[float]
     timers_ms: list[float]  # bare timers for the same due times in the same loop, same run
     cpu_s: float  # process CPU time (all threads) during the run
-    cpu_wait_ms: float | None  # the loop thread's run-queue wait; None where not readable
+    cpu_wait_s: float | None  # the loop thread's run-queue wait; None where not readable
     stalls: str  # the loop monitor's stalls over STALL_REPORT_MS
-
-
-def _runqueue_wait_ns() -> int | None:
-    try:
-        with open("/proc/thread-self/schedstat") as file:
-            return int(file.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def measured(run: Callable[[Path], Coroutine[Any, Any, tuple[list[float], list[float]]]],
@@ -84,14 +76,16 @@ def measured(run: Callable[[Path], Coroutine[Any, Any, tuple[list[float], list[f
         finally:
             monitor.close()
 
-    wait_before = _runqueue_wait_ns()
+    schedstat = SchedStat()  # this thread's: asyncio.run runs the loop in it
+    sched_before = schedstat.read()
     cpu_before = time.process_time()
     lateness, timers = asyncio.run(monitored())
     cpu_s = time.process_time() - cpu_before
-    wait_after = _runqueue_wait_ns()
-    cpu_wait_ms = None if wait_before is None or wait_after is None else \
-        (wait_after - wait_before) / 1e6
-    return Run(lateness, timers, cpu_s, cpu_wait_ms, describe_stalls(monitor))
+    sched_after = schedstat.read()
+    schedstat.close()
+    cpu_wait_s = None if sched_before is None or sched_after is None else \
+        (sched_after[1] - sched_before[1]) / 1e9
+    return Run(lateness, timers, cpu_s, cpu_wait_s, describe_stalls(monitor))
 
 
 def describe_stalls(monitor: LoopMonitor) -> str:
@@ -239,10 +233,6 @@ async def run_bare_timers(root: Path) -> tuple[list[float], list[float]]:
     return lateness, lateness
 
 
-def _cpu_wait(run: Run) -> str:
-    return "?" if run.cpu_wait_ms is None else f"{run.cpu_wait_ms:.0f}"
-
-
 def test_schedule_delivery_lateness(tmp_path: Path) -> None:
     with broker_heap():
         pyrmq = measured(run_pyrmq, tmp_path / "pyrmq")
@@ -251,10 +241,11 @@ def test_schedule_delivery_lateness(tmp_path: Path) -> None:
     record(
         f"schedule: {RATE_PER_S:,} level-1 msg/s for {SCHEDULE_S} s: delivery lateness "
         f"p50 {percentile(late, 0.5):.1f} ms, p99 {percentile(late, 0.99):.1f} ms, "
-        f"max {max(late):.1f} ms (CPU {pyrmq.cpu_s:.2f} s, loop waited {_cpu_wait(pyrmq)} ms "
-        f"for a CPU, {pyrmq.stalls}; bare timers in the same loop p99 "
-        f"{percentile(shadow, 0.99):.1f} ms); bare asyncio timers alone under the same producer "
-        f"and store p50 {percentile(peer, 0.5):.1f} ms, p99 {percentile(peer, 0.99):.1f} ms (CPU "
-        f"{bare.cpu_s:.2f} s, waited {_cpu_wait(bare)} ms, {bare.stalls}); mean lateness ratio "
+        f"max {max(late):.1f} ms (CPU {pyrmq.cpu_s:.2f} s, loop waited "
+        f"{_ms_text(pyrmq.cpu_wait_s)} ms for a CPU, {pyrmq.stalls}; bare timers in the same loop "
+        f"p99 {percentile(shadow, 0.99):.1f} ms); bare asyncio timers alone under the same "
+        f"producer and store p50 {percentile(peer, 0.5):.1f} ms, p99 "
+        f"{percentile(peer, 0.99):.1f} ms (CPU {bare.cpu_s:.2f} s, waited "
+        f"{_ms_text(bare.cpu_wait_s)} ms, {bare.stalls}); mean lateness ratio "
         f"{statistics.mean(late) / max(statistics.mean(peer), 0.001):.1f}"
     )
