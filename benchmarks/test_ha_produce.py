@@ -12,7 +12,8 @@ schedule (a lag far above the p99 means the broker did not hold the rate). The o
 measure FIXED_RATE_WINDOW_S each, longer than the saturation runs: a p99 over 5 s at 5,000 msg/s
 is the 250th slowest of 25,000 sends, so one 50 ms pause of this shared host's (the allAck
 wait spans three processes) could set it alone. With 5 s windows, clean-clone runs measured
-2.8-7.7 ms replicated, and the master alone's p99 rose in the same runs (2.0-3.6 ms).
+2.8-7.7 ms replicated, and the master alone's p99 rose in the same runs (2.0-3.6 ms). Every
+broker runs with the store's default file sizes (`start_broker`), not the test harness's.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 from benchmarks.conftest import record
 from benchmarks.test_broker_throughput import QUEUES, run_python_loadgen
 from pyrmq_client import BrokerClient
+from store.config import COMMITLOG_FILE_SIZE_DEFAULT, CQ_FILE_SIZE_DEFAULT
 from tests.integration.test_ha_processes import start, sync_state_set_of
-from tests.interop.pyrmq_env import PyrmqEnv, wait_until
+from tests.interop.pyrmq_env import PyrmqEnv, PyrmqProcess, wait_until
 
 TOPIC = "HaBench"
 FIXED_RATE = 5000.0
@@ -51,9 +53,19 @@ def create_topic(addr: str) -> None:
     asyncio.run(create())
 
 
+def start_broker(env: PyrmqEnv, broker_id: int, role: str, master_ha: str = "") -> PyrmqProcess:
+    """A broker of the group with the store's file sizes as a broker runs them (1 GiB commitlog
+    files, 300,000-entry consume-queue files, as the throughput and latency benchmarks), over
+    PyrmqEnv's test defaults of 1 MiB and 1,000 entries: with those, at 5,000 msg/s each broker
+    rolled a commitlog file about six times a second and a consume-queue file every 0.2 s."""
+    return start(env, broker_id, role, master_ha=master_ha,
+                 mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE_DEFAULT,
+                 mappedFileSizeConsumeQueue=CQ_FILE_SIZE_DEFAULT)
+
+
 def test_produce_with_two_slaves_against_the_master_alone(tmp_path: Path) -> None:
     with PyrmqEnv(tmp_path / "env") as env:
-        alone = start(env, 1, "master")
+        alone = start_broker(env, 1, "master")
         create_topic(alone.addr)
         unreplicated = run_python_loadgen(tmp_path, "pyrmq", alone.addr, alone.pid, TOPIC,
                                           "sync", producers=SATURATION_PRODUCERS)
@@ -62,10 +74,10 @@ def test_produce_with_two_slaves_against_the_master_alone(tmp_path: Path) -> Non
                                          producers=FIXED_RATE_PRODUCERS,
                                          window_s=FIXED_RATE_WINDOW_S)
         alone.terminate()
-        master = start(env, 1, "master")
+        master = start_broker(env, 1, "master")
         master_ha = f"127.0.0.1:{master.port + 1}"
         for broker_id in (2, 3):
-            start(env, broker_id, "slave", master_ha=master_ha)
+            start_broker(env, broker_id, "slave", master_ha)
         wait_until(lambda: sync_state_set_of(master) == {1, 2, 3}, timeout_s=30,
                    what="both slaves in the SyncStateSet", process=master)
         create_topic(master.addr)
