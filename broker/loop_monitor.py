@@ -15,8 +15,11 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   where the loop thread sleeps in the kernel, if it does (/proc wchan: `futex_do_wait` is a
   wait for the GIL or a lock, `rwsem_down_*` for the mmap lock, `do_epoll_wait` for events).
   It also logs: each stall is one WARNING with its length, the breakdown above, any garbage
-  collection that ran inside it (`gc.callbacks`, which see collections in every thread) and
-  the stack seen most often.
+  collection that ran inside it (`gc.callbacks`, which see collections in every thread), the
+  stack seen most often and, where the owner counts them, the requests the loop received in
+  the window against its rate over the second before and those still being handled: a busy
+  stall with many more than its share ran a pile of work that came in at once, one with its
+  share ran slow work.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -86,6 +89,8 @@ class StallWindow:
     runqueue_wait_s: float | None
     # The loop thread's page faults in the window: (minor, major); None where not counted.
     page_faults: tuple[int, int] | None = None
+    # Requests received in the window and being handled at its end; None where not counted.
+    requests: tuple[int, int] | None = None
 
 
 def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
@@ -212,7 +217,10 @@ class LoopMonitor:
         stall_threshold_ms: int = STALL_THRESHOLD_MS_DEFAULT,
         observe_lag: Callable[[float], None] | None = None,
         count_stall: Callable[[StallCause], None] | None = None,
+        count_requests: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
+        """`count_requests()`: the requests received so far and those being handled now
+        (called on every tick, so it must be cheap)."""
         if sample_interval_ms <= 0 or stall_threshold_ms <= 0:
             raise ValueError(f"sample_interval_ms={sample_interval_ms} and stall_threshold_ms="
                              f"{stall_threshold_ms} must be positive")
@@ -220,6 +228,7 @@ class LoopMonitor:
         self._threshold_s = stall_threshold_ms / 1000
         self._observe_lag = observe_lag
         self._count_stall = count_stall
+        self._count_requests = count_requests
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
         self._base: frozenset[CodeType] = frozenset()
@@ -230,6 +239,10 @@ class LoopMonitor:
         self._last_tick_s = 0.0
         self._last_sched: tuple[int, int] | None = None
         self._last_faults: tuple[int, int] | None = None
+        self._last_requests = 0
+        # The request rate (per second) over the last whole second, and where that second began.
+        self.request_rate = 0.0
+        self._rate_mark: tuple[float, int] = (0.0, 0)
         # Written by the loop (stall windows) or any thread (collections); read by the watchdog.
         self._windows: deque[StallWindow] = deque(maxlen=1024)
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
@@ -258,6 +271,9 @@ class LoopMonitor:
         self._last_sched = self._schedstat.read()
         self._last_faults = thread_page_faults()
         now = time.monotonic()
+        if self._count_requests is not None:
+            self._last_requests = self._count_requests()[0]
+        self._rate_mark = (now, self._last_requests)
         self._last_tick_s = now
         self._due_s = now + self._interval_s
         self._handle = loop.call_later(self._interval_s, self._tick)
@@ -298,6 +314,7 @@ class LoopMonitor:
         assert self._loop is not None
         sched = self._schedstat.read()
         faults = thread_page_faults()
+        received, handling = (0, 0) if self._count_requests is None else self._count_requests()
         if lag > self._threshold_s:
             before = self._last_sched
             on_cpu = wait = None
@@ -307,7 +324,15 @@ class LoopMonitor:
             faulted = None
             if faults is not None and self._last_faults is not None:
                 faulted = (faults[0] - self._last_faults[0], faults[1] - self._last_faults[1])
-            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted))
+            requests = None if self._count_requests is None else (
+                received - self._last_requests, handling)
+            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted,
+                                             requests))
+        mark_s, mark_received = self._rate_mark
+        if now - mark_s >= 1.0:
+            self.request_rate = (received - mark_received) / (now - mark_s)
+            self._rate_mark = (now, received)
+        self._last_requests = received
         self._last_tick_s = now
         self._last_sched = sched
         self._last_faults = faults
@@ -371,13 +396,23 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s samples=%d running=%s",
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
-            seen, " <- ".join(stack) if stack else "-",
+            self._format_requests(window), seen, " <- ".join(stack) if stack else "-",
         )
+
+
+    def _format_requests(self, window: StallWindow) -> str:
+        """`received/share handling=N`: the share is what the second before the window would
+        have brought in the window's time."""
+        if window.requests is None:
+            return "-"
+        received, handling = window.requests
+        share = self.request_rate * (window.end_s - window.start_s)
+        return f"{received}/{share:.0f} handling={handling}"
 
 
 def _ms(seconds: float | None) -> str:

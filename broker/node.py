@@ -382,10 +382,18 @@ class BrokerNode:
         def count_stall(cause: StallCause) -> None:
             metrics.loop_stall(cause.value)
 
+        def count_requests() -> tuple[int, int]:
+            received = handling = 0
+            for server in (self.server, self.vip_server):
+                if server is not None:
+                    received += server.requests_received
+                    handling += server.requests_being_handled
+            return received, handling
+
         monitor = LoopMonitor(
             sample_interval_ms=config.event_loop_lag_sample_interval_ms,
             stall_threshold_ms=config.event_loop_stall_threshold_ms,
-            observe_lag=metrics.loop_lag, count_stall=count_stall,
+            observe_lag=metrics.loop_lag, count_stall=count_stall, count_requests=count_requests,
         )
         monitor.start()
         self.loop_monitor = monitor

@@ -106,12 +106,14 @@ class RequestTasks:
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
+        self.spawned = 0  # tasks started so far (the loop monitor's measure of work)
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run `coroutine` as a task owned by this set until it finishes."""
+        self.spawned += 1
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

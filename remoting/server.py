@@ -129,6 +129,16 @@ class RemotingServer:
         return self._connections_refused
 
     @property
+    def requests_received(self) -> int:
+        """Requests handed to the handler since start, over all connections."""
+        return self._tasks.spawned
+
+    @property
+    def requests_being_handled(self) -> int:
+        """Requests whose handler has not finished yet."""
+        return len(self._tasks)
+
+    @property
     def in_flight_bytes(self) -> int:
         """Request bytes held now: partial frames plus requests being handled."""
         return self._in_flight_bytes

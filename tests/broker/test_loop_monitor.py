@@ -193,6 +193,28 @@ def test_a_stall_counts_the_page_faults_of_the_loop_thread() -> None:
     assert major == 0
 
 
+def test_a_stall_counts_the_requests_received_in_it(caplog: pytest.LogCaptureFixture) -> None:
+    received = 0
+    pile = 500
+
+    def receive_a_pile() -> None:
+        nonlocal received
+        received += pile
+        spin_the_loop()
+
+    async def scenario() -> Reported:
+        async with monitored(count_requests=lambda: (received, 7)) as (monitor, _):
+            return await stall_once(monitor, receive_a_pile,
+                                    lambda report: "receive_a_pile" in " ".join(report[3]))
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    window, _, _, _ = asyncio.run(scenario())
+    assert window.requests == (pile, 7)
+    # No request before the pile: its share of the second before is none.
+    assert any("requests=500/0 handling=7" in record.getMessage()
+               and "receive_a_pile" in record.getMessage() for record in caplog.records)
+
+
 def test_a_garbage_collection_stall_is_named_as_such() -> None:
     # A heap of cyclic garbage candidates big enough that one full collection takes well over
     # the threshold.
@@ -237,8 +259,11 @@ async def test_the_broker_exports_the_loop_lag(tmp_path: Path) -> None:
         assert node.loop_monitor is not None
         monitor = node.loop_monitor
         await wait_until(lambda: monitor.ticks >= 5, timeout_s=5, what="5 ticks")
-        await stall_once(monitor, spin_the_loop, names(spin_the_loop))
+        window, _, _, _ = await stall_once(monitor, spin_the_loop, names(spin_the_loop))
         text = await scrape(node)
+    # The broker counts the requests of its remoting server: none came in the stall.
+    assert window.requests is not None
+    assert window.requests[0] == 0
     assert sample(text, "pyrmq_event_loop_lag_seconds_count", node_id="broker-a") >= 5
     assert sample(text, "pyrmq_event_loop_lag_seconds_bucket", le="+Inf") >= 5
     assert sum(
