@@ -18,6 +18,7 @@ import uvloop
 
 from broker.config import LoadedConfig, config_from_properties, config_items, load_broker_config
 from broker.errors import BrokerError
+from broker.heap import keep_freed_memory
 from broker.node import BrokerNode
 from remoting.log_writer import process_log
 from store import testhooks
@@ -77,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         for key, value in config_items(loaded.config, important_only=args.print_important):
             print(f"{key}={value}")
         return EXIT_OK
+    keep_freed_memory()  # process-wide, so here and not in BrokerNode (see broker/heap.py)
     try:
         node = BrokerNode(loaded.config, handle_signals=True, freeze_heap=True)
     except BrokerError as err:
