@@ -82,6 +82,7 @@ DRAIN_S: Final = 5
 REPORT_S: Final = 5
 RUN_EXTRA_S: Final = 60.0  # JVM start-up and shut-down beyond the windows
 STALL_THRESHOLD_MS: Final = 10
+STALLS_SHOWN: Final = 5  # the figures of the first few stalls in the window, one line each
 COMMITLOG_FILE_BYTES: Final = 1024 * 1024 * 1024
 LATENCY_MAIN: Final = "pyrmq.interop.LatencyBench"
 # runbroker.sh's G1 and full JIT over the harness's quick-start flags (as the throughput bench).
@@ -106,7 +107,8 @@ PYRMQ_BROKER_CONF: Final[dict[str, str | int | bool]] = {
     "mappedFileSizeConsumeQueue": 300_000 * 20,
     "eventLoopStallThresholdMs": STALL_THRESHOLD_MS,
 }
-_STALL: Final = re.compile(r"event loop stall lag_ms=([\d.]+) cause=(\w+).*? running=(.*)$")
+_STALL: Final = re.compile(
+    r"event loop stall lag_ms=([\d.]+) cause=(\w+) (.*?) samples=\d+ running=(.*)$")
 
 
 def topic_of(rate: int) -> str:
@@ -301,24 +303,26 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     return Run(result, cpu_pct, intervals, window_log, machine)
 
 
-def stalls_in(log: str) -> list[tuple[float, str, str]]:
-    """(lag_ms, cause, what ran) of every stall the pyrmq broker logged in `log`."""
+def stalls_in(log: str) -> list[tuple[float, str, str, str]]:
+    """(lag_ms, cause, the monitor's figures, what ran) of every stall the pyrmq broker logged
+    in `log`."""
     found = []
     for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
-            found.append((float(match.group(1)), match.group(2), match.group(3)))
+            found.append((float(match.group(1)), match.group(2), match.group(3),
+                          match.group(4)))
     return found
 
 
-def describe_stalls(stalls: list[tuple[float, str, str]]) -> str:
+def describe_stalls(stalls: list[tuple[float, str, str, str]]) -> str:
     if not stalls:
         return f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
-    causes = Counter(cause for _, cause, _ in stalls)
+    causes = Counter(cause for _, cause, _, _ in stalls)
     worst = max(stalls)
     return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
             + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
-            + f"); the longest {worst[0]:.0f} ms, {worst[1]}, running {worst[2][:160]}")
+            + f"); the longest {worst[0]:.0f} ms, {worst[1]}, running {worst[3][:160]}")
 
 
 @pytest.mark.parametrize("rate", RATES, ids=[f"{rate // 1000}k" for rate in RATES])
@@ -341,6 +345,9 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                f"ratio {Latencies.ratio_text(mine, their)}")
     record(f"    broker CPU over the window: pyrmq {ours.broker_cpu_pct:.0f} %, {peer} "
            f"{theirs.broker_cpu_pct:.0f} % of one core; pyrmq: {describe_stalls(stalls)}")
+    for lag_ms, cause, figures, _ in stalls[:STALLS_SHOWN]:
+        # What the broker's loop monitor saw in each (README, "Event-loop lag monitor").
+        record(f"      stall {lag_ms:.1f} ms {cause}: {figures}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
     print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received):")
     for name, run in (("pyrmq", ours), (peer, theirs)):

@@ -19,7 +19,10 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   stack seen most often and, where the owner counts them, the requests the loop received in
   the window against its rate over the second before and those still being handled: a busy
   stall with many more than its share ran a pile of work that came in at once, one with its
-  share ran slow work.
+  share ran slow work. And the CPU time the host took from this VM in the window (/proc/stat
+  steal, all CPUs, in 10 ms clock ticks): a thread whose CPU the host took is neither on a CPU
+  nor waiting for one as the guest counts, so a `blocked` stall with no kernel wait and steal
+  in its window was the host's.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -91,6 +94,8 @@ class StallWindow:
     page_faults: tuple[int, int] | None = None
     # Requests received in the window and being handled at its end; None where not counted.
     requests: tuple[int, int] | None = None
+    # CPU time the host took from the VM in the window (all CPUs); None where not counted.
+    steal_s: float | None = None
 
 
 def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
@@ -194,6 +199,31 @@ class SchedStat(_ProcFile):
             return None
 
 
+def parse_steal_ticks(stat: bytes) -> int | None:
+    """The steal field (8th number) of /proc/stat's first line, in clock ticks; None if absent."""
+    fields = stat.split(b"\n", 1)[0].split()
+    if len(fields) < 9 or fields[0] != b"cpu":
+        return None
+    try:
+        return int(fields[8])
+    except ValueError:
+        return None
+
+
+class HostSteal(_ProcFile):
+    """CPU seconds the host has taken from all of this VM's CPUs since boot (/proc/stat steal,
+    10 ms resolution at the usual 100 ticks a second); None where not counted."""
+
+    def __init__(self) -> None:
+        super().__init__("/proc/stat")
+        self._tick_s = 1 / os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> float | None:
+        data = self._read()
+        ticks = None if data is None else parse_steal_ticks(data)
+        return None if ticks is None else ticks * self._tick_s
+
+
 class KernelWait(_ProcFile):
     """Where one thread of this process sleeps in the kernel (its /proc wchan), read from
     another thread; None while it runs, or where the kernel does not say."""
@@ -235,6 +265,8 @@ class LoopMonitor:
         self._handle: asyncio.TimerHandle | None = None
         self._schedstat: SchedStat | None = None
         self._kernel_wait: KernelWait | None = None
+        self._host_steal: HostSteal | None = None
+        self._last_steal: float | None = None
         self._due_s = 0.0
         self._last_tick_s = 0.0
         self._last_sched: tuple[int, int] | None = None
@@ -270,6 +302,8 @@ class LoopMonitor:
         self._kernel_wait = KernelWait(threading.get_native_id())
         self._last_sched = self._schedstat.read()
         self._last_faults = thread_page_faults()
+        self._host_steal = HostSteal()
+        self._last_steal = self._host_steal.read()
         now = time.monotonic()
         if self._count_requests is not None:
             self._last_requests = self._count_requests()[0]
@@ -299,6 +333,9 @@ class LoopMonitor:
         if self._kernel_wait is not None:
             self._kernel_wait.close()
             self._kernel_wait = None
+        if self._host_steal is not None:
+            self._host_steal.close()
+            self._host_steal = None
 
     # ------------------------------------------------------------------ on the loop
 
@@ -311,8 +348,10 @@ class LoopMonitor:
         if self._observe_lag is not None:
             self._observe_lag(lag)
         assert self._schedstat is not None
+        assert self._host_steal is not None
         assert self._loop is not None
         sched = self._schedstat.read()
+        steal = self._host_steal.read()
         faults = thread_page_faults()
         received, handling = (0, 0) if self._count_requests is None else self._count_requests()
         if lag > self._threshold_s:
@@ -326,13 +365,17 @@ class LoopMonitor:
                 faulted = (faults[0] - self._last_faults[0], faults[1] - self._last_faults[1])
             requests = None if self._count_requests is None else (
                 received - self._last_requests, handling)
+            stolen = None
+            if steal is not None and self._last_steal is not None:
+                stolen = steal - self._last_steal
             self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted,
-                                             requests))
+                                             requests, stolen))
         mark_s, mark_received = self._rate_mark
         if now - mark_s >= 1.0:
             self.request_rate = (received - mark_received) / (now - mark_s)
             self._rate_mark = (now, received)
         self._last_requests = received
+        self._last_steal = steal
         self._last_tick_s = now
         self._last_sched = sched
         self._last_faults = faults
@@ -396,12 +439,14 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s samples=%d running=%s",
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s samples=%d "
+            "running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
-            self._format_requests(window), seen, " <- ".join(stack) if stack else "-",
+            self._format_requests(window), _ms(window.steal_s), seen,
+            " <- ".join(stack) if stack else "-",
         )
 
 

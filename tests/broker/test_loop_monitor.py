@@ -23,6 +23,7 @@ from broker.loop_monitor import (
     classify_stall,
     format_stack,
     loop_base_frames,
+    parse_steal_ticks,
 )
 from tests.broker.support import broker_config, running_broker, wait_until
 from tests.broker.test_namesrv_and_metrics import sample, scrape
@@ -49,6 +50,21 @@ STALL_S = 0.15
 )
 def test_classify_stall(window: StallWindow, gc_s: float, expected: StallCause) -> None:
     assert classify_stall(window, gc_s) is expected
+
+
+@pytest.mark.parametrize(
+    ("stat", "expected"),
+    [
+        pytest.param(b"cpu  4218956 108323 1197276 4560518 55768 0 98291 3426 0 0\ncpu0 1 2\n",
+                     3426, id="steal"),
+        pytest.param(b"cpu  1 2 3 4 5 6 7\n", None, id="kernel-without-steal"),
+        pytest.param(b"cpu0 1 2 3 4 5 6 7 8 9 10\n", None, id="not-the-total"),
+        pytest.param(b"cpu  1 2 3 4 5 6 7 x 9 10\n", None, id="not-a-number"),
+        pytest.param(b"", None, id="empty"),
+    ],
+)
+def test_parse_steal_ticks(stat: bytes, expected: int | None) -> None:
+    assert parse_steal_ticks(stat) == expected
 
 
 def test_format_stack_names_the_innermost_frames_first() -> None:
@@ -210,8 +226,10 @@ def test_a_stall_counts_the_requests_received_in_it(caplog: pytest.LogCaptureFix
     caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
     window, _, _, _ = asyncio.run(scenario())
     assert window.requests == (pile, 7)
+    assert window.steal_s is not None
+    assert window.steal_s >= 0
     # No request before the pile: its share of the second before is none.
-    assert any("requests=500/0 handling=7" in record.getMessage()
+    assert any("requests=500/0 handling=7 host_steal_ms=" in record.getMessage()
                and "receive_a_pile" in record.getMessage() for record in caplog.records)
 
 
