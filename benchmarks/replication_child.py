@@ -15,7 +15,9 @@ its own, as a slave runs on a host of its own:
 
 A `done` line is `done <cpu seconds> <worst stall s> <worst stall less waits for a CPU s>
 <major faults>`, of this process over the transfer (`replication_parts.Ticker`). Each runs its
-own uvloop loop with a 1 ms ticker, as the parent does for its end.
+own uvloop loop with a 1 ms ticker, as the parent does for its end, and keeps the memory malloc
+frees, as a broker process does (`broker.heap.keep_freed_memory`; process-wide, so not in the
+parent, which is the pytest process of every benchmark).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Final
 import uvloop
 
 from benchmarks.replication_parts import Ticker, broker_heap, ha_config, store_config
+from broker.heap import keep_freed_memory
 from ha.service import AutoSwitchHAService
 from store.message_store import MessageStore
 
@@ -177,6 +180,7 @@ async def receiver(size: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
+    keep_freed_memory()
     if role == "slave":
         uvloop.run(slave(int(args[0]), int(args[1])))
     elif role == "receiver":

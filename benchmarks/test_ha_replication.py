@@ -22,8 +22,9 @@ Earlier shapes, dropped:
   WARMUP_ROUNDS).
 
 Every process taking part runs, once set up, with a broker process's heap settings
-(`broker.heap`: start-up heap frozen, its GC thresholds), and each sender gives its loop a turn
-every 1 MiB. Rounds alternate peer and replication; the printed ratio is the median of
+(`broker.heap`: start-up heap frozen, its GC thresholds; the far ends also keep the memory
+malloc frees, which could not be undone in this pytest process), and each sender gives its
+loop a turn every 1 MiB. Rounds alternate peer and replication; the printed ratio is the median of
 per-round ratios (this shared machine drifts). The same ratio in CPU seconds (all processes
 taking part, their worker threads included) is printed too: on a busy shared host it moves less
 than the wall-time one. Goal: >= 0.5. A first round is not counted (`WARMUP_ROUNDS`).
