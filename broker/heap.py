@@ -23,9 +23,9 @@ the trim threshold at `HEAP_KEEP_BYTES` and blocks up to `HEAP_BLOCK_BYTES_MAX` 
 heap, a pile reuses the pages the last one touched, and `HEAP_PRETOUCH_BYTES` touched at start
 serve the first piles too: the Python counterpart of the pre-touched Java heap RocketMQ's start
 scripts ask for (`-XX:+AlwaysPreTouch`). The memory kept is bounded by the largest pile, which
-the remoting server's in-flight byte budget bounds. Settings an operator
-gave glibc (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`) are left as they are, and on a
-C library without `mallopt` this does nothing.
+the remoting server's in-flight byte budget bounds. Settings an operator gave glibc
+(`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`) are left as they are, and on a C library
+without `mallopt` this does nothing.
 
 Only the broker's process entry point (`broker/__main__.py`) calls these: they change the whole
 process (a test process running a broker in-line keeps Python's defaults).
