@@ -355,13 +355,14 @@ class LoopMonitor:
         assert self._host_steal is not None
         assert self._loop is not None
         sched = self._schedstat.read()
+        stalled = lag > self._threshold_s
         steal = self._last_steal
-        if lag > self._threshold_s or now - self._steal_read_s >= STEAL_READ_INTERVAL_S:
+        if stalled or now - self._steal_read_s >= STEAL_READ_INTERVAL_S:
             steal = self._host_steal.read()
             self._steal_read_s = now
         faults = thread_page_faults()
         received, handling = (0, 0) if self._count_requests is None else self._count_requests()
-        if lag > self._threshold_s:
+        if stalled:
             before = self._last_sched
             on_cpu = wait = None
             if sched is not None and before is not None:
@@ -455,7 +456,6 @@ class LoopMonitor:
             self._format_requests(window), _ms(window.steal_s), seen,
             " <- ".join(stack) if stack else "-",
         )
-
 
     def _format_requests(self, window: StallWindow) -> str:
         """`received/share handling=N`: the share is what the second before the window would
