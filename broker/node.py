@@ -62,6 +62,7 @@ from broker.loop_monitor import LoopMonitor, StallCause
 from broker.metrics import BrokerMetrics
 from broker.metrics_http import MetricsHttpServer
 from broker.namesrv_registration import BrokerRegistrationIdentity, NamesrvRegistration
+from broker.os_threads import aux_executor, name_os_threads
 from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
 from broker.processors.offsets import OffsetProcessor
@@ -197,6 +198,8 @@ class BrokerNode:
         """Start, serve until `request_stop()`, stop gracefully (module docstring)."""
         config = self.config
         boot_ms = system_wall_ms()
+        if self._handle_signals:  # the process and its loop are the node's own
+            asyncio.get_running_loop().set_default_executor(aux_executor())
         store = MessageStore(config.store)
         report = await asyncio.to_thread(store.open)
         self.store = store
@@ -363,6 +366,7 @@ class BrokerNode:
             freeze_startup_heap()
         self.started.set()
         monitor = self._start_loop_monitor(metrics)
+        name_os_threads()  # the store's workers, the log writer, the loop monitor
         try:
             await self._run_tasks(store, registration, clients, notifier, pull_hold, offsets,
                                   runtime_stats, schedule)

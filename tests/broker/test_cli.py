@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -22,6 +23,20 @@ from tests.interop.network import free_port
 pytestmark = pytest.mark.timeout(150)
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def thread_names(pid: int) -> set[str]:
+    """The kernel's names of the threads of process `pid`."""
+    names = set()
+    for comm in Path(f"/proc/{pid}/task").glob("*/comm"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names.add(comm.read_text().rstrip("\n"))
+    return names
+
+
+def process_name(pid: int) -> str:
+    """The kernel's name of process `pid` (its main thread's): what ps and pgrep show."""
+    return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
 
 
 def test_print_important_config_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,6 +104,12 @@ async def test_sigterm_stops_gracefully_and_unregisters(tmp_path: Path) -> None:
                 assert result.queue_offset == 0
             await wait_until(lambda: len(namesrv.registrations) >= 1, timeout_s=10,
                              what="registration")
+            # Its threads carry their names in the kernel (broker/os_threads.py); the loop's
+            # thread keeps the process's.
+            wanted = {"pyrmq-log", "loop-monitor", *(f"store-io_{i}" for i in range(4))}
+            await wait_until(lambda: wanted <= thread_names(process.pid), timeout_s=10,
+                             what=f"thread names {sorted(wanted)}")
+            assert process_name(process.pid).startswith("python"), process_name(process.pid)
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(20):
                 rest = (await process.stderr.read()).decode()
