@@ -33,8 +33,8 @@ def name_os_thread(thread: threading.Thread) -> None:
 
 
 def name_os_threads() -> None:
-    """Name every thread running now: those started before the loop's default executor was
-    set (the log writer, the store's workers, the loop monitor)."""
+    """Name every thread running now (the log writer, the store's workers, the loop monitor);
+    the loop's default executor names those it starts later itself."""
     for thread in threading.enumerate():
         name_os_thread(thread)
 
