@@ -366,7 +366,8 @@ class BrokerNode:
             freeze_startup_heap()
         self.started.set()
         monitor = self._start_loop_monitor(metrics)
-        name_os_threads()  # the store's workers, the log writer, the loop monitor
+        if self._handle_signals:  # process-wide, as the default executor above
+            name_os_threads()  # the store's workers, the log writer, the loop monitor
         try:
             await self._run_tasks(store, registration, clients, notifier, pull_hold, offsets,
                                   runtime_stats, schedule)
