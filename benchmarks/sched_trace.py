@@ -130,9 +130,10 @@ def runs_and_waits(events: Iterable[Event], tid: int) -> tuple[list[Run], list[W
                 current[cpu] = (at, event.next_comm)
                 if event.prev_pid == tid and event.prev_state.startswith("R"):
                     since = (at, cpu, f"preempted by {event.next_comm}")
-                if event.next_pid == tid and since is not None:
-                    waits.append(Wait(since[0], at, since[1], cpu, since[2]))
-                    since = None
+                if event.next_pid == tid:
+                    if since is not None:
+                        waits.append(Wait(since[0], at, since[1], cpu, since[2]))
+                    since = moved_from = None
             case Wakeup(pid=pid) if pid == tid:
                 moved = "" if moved_from is None else f", moved from cpu{moved_from}"
                 since = (event.at, event.target_cpu, f"woken from cpu{event.cpu}{moved}")

@@ -101,6 +101,19 @@ def test_a_balancer_move_while_waiting_changes_the_queue() -> None:
         (1, 1, "preempted by store-io_1, moved from cpu0")]
 
 
+def test_a_move_without_a_wakeup_is_not_pinned_on_the_next_one() -> None:
+    trace = [
+        _switch(0, 3.000, IDLE0, "R", LOOP_T),
+        _migrate(1, 3.001, LOOP, 0, 1),  # running: moved by the active balancer
+        _switch(1, 3.001, IDLE1, "R", LOOP_T),
+        _switch(1, 3.002, LOOP_T, "S", IDLE1),
+        _wakeup(0, 3.005, "x", LOOP, 1),
+        _switch(1, 3.006, IDLE1, "R", LOOP_T),
+    ]
+    _, waits = runs_and_waits(parse(trace), LOOP)
+    assert [w.began for w in waits] == ["woken from cpu0"]
+
+
 def test_histogram_buckets() -> None:
     _, waits = runs_and_waits(parse(TRACE), LOOP)
     assert histogram(waits) == {"<0.1": 0, "<1": 0, "<2": 0, "<5": 1, "<10": 0, ">=10": 1}
