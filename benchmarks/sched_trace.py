@@ -219,7 +219,8 @@ def _write(name: str, value: str) -> None:
 def record(out: Path, log_glob: str, *, min_lag_ms: float, cause: str, buffer_kb: int,
            timeout_s: float) -> str | None:
     """Trace the scheduler into a ring until a broker log matching `log_glob` (one written to
-    after this starts) logs a stall that `stall_triggers`, then freeze the ring and dump it to
+    after this starts) logs a stall that `stall_triggers` (a line written after this starts),
+    then freeze the ring and dump it to
     out/trace.txt (with the stall line in out/stall.txt and every thread in out/threads.txt).
     Returns the stall line, or None after `timeout_s` without one. Needs root and tracefs;
     leaves tracing as it found it."""
@@ -235,6 +236,8 @@ def record(out: Path, log_glob: str, *, min_lag_ms: float, cause: str, buffer_kb
     _write("trace_clock", "mono")
     _write("tracing_on", "1")
     started = time.time()
+    # Stalls logged from now on: a log that exists already is read from its present end.
+    sizes = {path: os.path.getsize(path) for path in glob.glob(log_glob)}
     deadline = time.monotonic() + timeout_s
     trigger: str | None = None
     try:
@@ -247,6 +250,7 @@ def record(out: Path, log_glob: str, *, min_lag_ms: float, cause: str, buffer_kb
                 if not fresh:
                     continue
                 log = Path(fresh[0])
+                offset = sizes.get(fresh[0], 0)
             with log.open() as f:
                 f.seek(offset)
                 text = f.read()
