@@ -219,12 +219,11 @@ def _write(name: str, value: str) -> None:
 
 def record(out: Path, log_glob: str, *, min_lag_ms: float, cause: str, buffer_kb: int,
            timeout_s: float) -> str | None:
-    """Trace the scheduler into a ring until a broker log matching `log_glob` (one written to
-    after this starts) logs a stall that `stall_triggers` (a line written after this starts),
-    then freeze the ring and dump it to
-    out/trace.txt (with the stall line in out/stall.txt and every thread in out/threads.txt).
-    Returns the stall line, or None after `timeout_s` without one. Needs root and tracefs;
-    leaves tracing as it found it."""
+    """Trace the scheduler into a ring until a broker log matching `log_glob` logs, after this
+    starts, a stall that `stall_triggers`; then freeze the ring and dump it to out/trace.txt
+    (the stall line to out/stall.txt, every thread to out/threads.txt). Returns the stall line,
+    or None after `timeout_s` without one. Needs root and tracefs; leaves tracing as it found
+    it."""
     out.mkdir(parents=True, exist_ok=True)
     saved = {name: (TRACEFS / name).read_text().strip()
              for name in ("tracing_on", "buffer_size_kb", "trace_clock")}
