@@ -14,10 +14,11 @@ its own, as a slave runs on a host of its own:
   page touched once, first) and prints a `done` line (from the connection on).
 
 A `done` line is `done <cpu seconds> <worst stall s> <worst stall less waits for a CPU s>
-<major faults>`, of this process over the transfer (`replication_parts.Ticker`). Each runs its
-own uvloop loop with a 1 ms ticker, as the parent does for its end, and keeps the memory malloc
-frees, as a broker process does (`broker.heap.keep_freed_memory`; process-wide, so not in the
-parent, which is the pytest process of every benchmark).
+<major faults> <late ticks>`, of this process over the transfer (`replication_parts.Ticker`,
+the last its `late_text()`). Each runs its own uvloop loop with a 1 ms ticker, as the parent
+does for its end, and keeps the memory malloc frees, as a broker process does
+(`broker.heap.keep_freed_memory`; process-wide, so not in the parent, which is the pytest
+process of every benchmark).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ async def replicate(store: MessageStore, service: AutoSwitchHAService, port: int
 
 def _done_line(cpu_seconds: float, ticker: Ticker) -> str:
     """The `done` line (module docstring) the parent reads after a transfer."""
-    return f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} {ticker.major_faults}"
+    return (f"done {cpu_seconds} {ticker.worst_s} {ticker.worst_own_s} {ticker.major_faults} "
+            f"{ticker.late_text()}")
 
 
 def reuse_freed_memory(previous: Path | None) -> None:

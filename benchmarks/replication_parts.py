@@ -9,10 +9,12 @@ import contextlib
 import gc
 import resource
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from benchmarks.host_pauses import Pause, paused_within
 from benchmarks.peers import steal_seconds
 from broker.heap import freeze_startup_heap
 from broker.loop_monitor import SchedStat
@@ -51,11 +53,17 @@ class Ticker:
     lateness; `worst_own_s` the worst lateness less the time the loop thread waited for a CPU
     meanwhile (its /proc schedstat run-queue wait): what the loop itself took, or was blocked
     in, rather than what other threads and processes (the VM's kernel threads included) took
-    from it on a busy machine."""
+    from it on a busy machine. `late` keeps each lateness of LATE_KEPT_S or more with when it
+    ended (wall clock), so that `worst_less_s` can take out what the host's pauses of the whole
+    VM took (benchmarks/host_pauses.py)."""
+
+    LATE_KEPT_S: Final = 0.001
+    LATE_KEPT_MAX: Final = 4096
 
     def __init__(self) -> None:
         self.worst_s = 0.0
         self.worst_own_s = 0.0
+        self.late: deque[tuple[float, float]] = deque(maxlen=self.LATE_KEPT_MAX)
         # Page faults of this process that read from the disk, from start() to stop(): a page
         # of the page cache or a mapping the kernel had dropped (blocks the loop).
         self.major_faults = 0
@@ -76,6 +84,8 @@ class Ticker:
                 waited = 0.0 if before is None or after is None else (after[1] - before[1]) / 1e9
                 self.worst_s = max(self.worst_s, late)
                 self.worst_own_s = max(self.worst_own_s, late - waited)
+                if late >= self.LATE_KEPT_S:
+                    self.late.append((time.time(), late))
         finally:
             schedstat.close()
 
@@ -84,9 +94,28 @@ class Ticker:
         self.steal_s = -steal_seconds()
         self._task = asyncio.create_task(self._run())
 
+    def late_text(self) -> str:
+        """`late` as one word for a child's `done` line: `end:late,...`, or `-`."""
+        return ",".join(f"{end:.4f}:{late:.4f}" for end, late in self.late) or "-"
+
     async def stop(self) -> None:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self.major_faults += resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         self.steal_s += steal_seconds()
+
+
+def parse_late(text: str) -> list[tuple[float, float]]:
+    """The inverse of `Ticker.late_text`."""
+    if text == "-":
+        return []
+    return [(float(end), float(late))
+            for end, late in (item.split(":") for item in text.split(","))]
+
+
+def worst_less_pauses_s(late: Iterable[tuple[float, float]], pauses: Iterable[Pause]) -> float:
+    """The worst of `late` (`Ticker.late`) less the VM's `pauses` inside each."""
+    kept = list(pauses)
+    return max((lateness - paused_within(end - lateness, end, kept) for end, lateness in late),
+               default=0.0)

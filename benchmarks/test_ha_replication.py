@@ -37,8 +37,11 @@ schedstat: another process's or thread's turn), the major page faults, and the C
 host took from this VM meanwhile (/proc/stat steal). In the runs that printed it, nearly every
 round with a stall of 15-40 ms was one in which the host took 10-50 ms of CPU time (both loops
 stalled together), and the others none: the worst stall of the rounds without steal is
-printed too. A slave builds its consume queues after a backlog (ha/client.py
-DISPATCH_CATCH_UP_BYTES): how long after the last byte they reach it is printed as well.
+printed too. The host also pauses the whole VM at times without counting it as steal: probes
+on every CPU measure those pauses (benchmarks/host_pauses.py), and the worst stall less the
+pauses inside it is printed for both the replication and the plain stream. A slave builds its
+consume queues after a backlog (ha/client.py DISPATCH_CATCH_UP_BYTES): how long after the last
+byte they reach it is printed as well.
 """
 
 from __future__ import annotations
@@ -56,13 +59,16 @@ from typing import Final, TypeVar
 import uvloop
 
 from benchmarks.conftest import record
+from benchmarks.host_pauses import HostPauseProbes, Pause, summary
 from benchmarks.replication_parts import (
     BATCH,
     FILE_BYTES,
     Ticker,
     broker_heap,
     ha_config,
+    parse_late,
     store_config,
+    worst_less_pauses_s,
 )
 from ha.connection import YIELD_EVERY_BYTES
 from ha.service import AutoSwitchHAService
@@ -98,6 +104,10 @@ class Run:
     major_faults: int
     # CPU time the host took from the VM meanwhile (`Ticker.steal_s`, this process's view).
     steal_ms: float
+    # The host's pauses of the whole VM meanwhile, and the worst stall of either loop less
+    # the pauses inside it.
+    pauses: list[Pause] = field(default_factory=list)
+    stall_less_pauses_s: float = 0.0
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -109,8 +119,9 @@ class Run:
     def stall(self) -> str:
         return (f"stall {self.stall_s * 1000:.1f} ms: {self.near_stall_s * 1000:.1f} here, "
                 f"{self.far_stall_s * 1000:.1f} in the child, {self.own_stall_s * 1000:.1f} "
-                f"without waits for a CPU; {self.major_faults} major faults; the host took "
-                f"{self.steal_ms:.0f} ms of CPU")
+                f"without waits for a CPU, {self.stall_less_pauses_s * 1000:.1f} less the VM's "
+                f"pauses; {self.major_faults} major faults; the host took "
+                f"{self.steal_ms:.0f} ms of CPU, {summary(self.pauses)}")
 
 
 @dataclass
@@ -140,8 +151,12 @@ class Rounds:
                 f"{max(r.own_stall_s for r in self.repl) * 1000:.1f} ms (plain stream "
                 f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}), in the rounds the host "
                 f"took no CPU time from {unstolen_stall} ({len(unstolen)} of {len(self.repl)} "
-                f"rounds); the slave's consume queues complete {dispatch_s:.2f} s after the last "
-                "byte")
+                f"rounds), less the VM's pauses "
+                f"{max(r.stall_less_pauses_s for r in self.repl) * 1000:.1f} ms (plain stream "
+                f"{max(p.stall_less_pauses_s for p in self.peer) * 1000:.1f}; the host "
+                f"paused the VM {sum(len(r.pauses) for r in self.repl + self.peer)} times in "
+                f"these rounds); the slave's consume queues complete {dispatch_s:.2f} s after "
+                "the last byte")
 
 
 async def _send(data: memoryview, port: int) -> asyncio.StreamWriter:
@@ -188,27 +203,32 @@ async def _line(child: asyncio.subprocess.Process, word: str) -> list[str]:
     return line[1:]
 
 
-async def _measured(child: asyncio.subprocess.Process,
+async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
                     start: Callable[[], Awaitable[T]]) -> tuple[Run, T]:
     """`start` the transfer and wait for the child's `done` line: wall time, CPU time of both
-    processes, the worst stall of either loop (this one's ticker, the child's)."""
+    processes, the worst stall of either loop (this one's ticker, the child's), and the VM's
+    pauses meanwhile (`probes`)."""
     ticker = Ticker()
     ticker.start()
     started = time.perf_counter()
+    started_unix_s = time.time()
     cpu_started = time.process_time()
     result = await start()
-    child_cpu, child_stall, child_own_stall, child_faults = map(
-        float, await _line(child, "done"))
+    *figures, child_late = await _line(child, "done")
+    child_cpu, child_stall, child_own_stall, child_faults = map(float, figures)
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
+    pauses = probes.pauses(started_unix_s, time.time())
+    less_pauses = worst_less_pauses_s([*ticker.late, *parse_late(child_late)], pauses)
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
-               ticker.major_faults + int(child_faults), ticker.steal_s * 1000), result
+               ticker.major_faults + int(child_faults), ticker.steal_s * 1000, pauses,
+               less_pauses), result
 
 
-async def _replicate(child: asyncio.subprocess.Process, root: Path, previous: Path | None
-                     ) -> Run:
+async def _replicate(child: asyncio.subprocess.Process, probes: HostPauseProbes, root: Path,
+                     previous: Path | None) -> Run:
     """An empty slave (its store, loop and ticker in the slave child) replicates the backlog;
     its store stays at `root`, and the previous round's (`previous`) goes just before it starts
     (benchmarks/replication_child.py `reuse_freed_memory`)."""
@@ -220,14 +240,15 @@ async def _replicate(child: asyncio.subprocess.Process, root: Path, previous: Pa
 
     await say(f"round {root} {previous or '-'}")
     await _line(child, "ready")
-    run, _ = await _measured(child, lambda: say("go"))
+    run, _ = await _measured(child, probes, lambda: say("go"))
     seconds, cpu_seconds = map(float, await _line(child, "dispatched"))
     return replace(run, dispatch_s=seconds, dispatch_cpu_s=cpu_seconds)
 
 
-async def _stream(receiver: asyncio.subprocess.Process, port: int, data: memoryview) -> Run:
+async def _stream(receiver: asyncio.subprocess.Process, probes: HostPauseProbes, port: int,
+                  data: memoryview) -> Run:
     """One plain stream of `data` to the receiver child (listening on `port`)."""
-    run, writer = await _measured(receiver, lambda: _send(data, port))
+    run, writer = await _measured(receiver, probes, lambda: _send(data, port))
     writer.close()
     await writer.wait_closed()
     return run
@@ -276,15 +297,15 @@ async def _bench(tmp_path: Path) -> None:
         rounds = Rounds()
         # The heap as a broker process keeps it after start-up (frozen, its GC thresholds):
         # a full collection of this test process's heap took 18 ms of loop time otherwise.
-        with broker_heap(), memoryview(payload) as data:
+        with broker_heap(), memoryview(payload) as data, HostPauseProbes(tmp_path) as probes:
             async with _child("receiver", str(len(data)),
                               str(WARMUP_ROUNDS + ROUNDS)) as receiver, \
                     _child("slave", str(service.ha_port), str(master.max_phy_offset)) as slave:
                 (port,) = await _line(receiver, "port")
                 for index in range(WARMUP_ROUNDS + ROUNDS):  # peer and replication interleaved
-                    rounds.peer.append(await _stream(receiver, int(port), data))
+                    rounds.peer.append(await _stream(receiver, probes, int(port), data))
                     rounds.repl.append(await _replicate(
-                        slave, tmp_path / f"s{index}",
+                        slave, probes, tmp_path / f"s{index}",
                         tmp_path / f"s{index - 1}" if index else None))
                     print(_round_line(index, rounds.peer[-1], rounds.repl[-1]), flush=True)
                     if index < WARMUP_ROUNDS:

@@ -17,7 +17,11 @@ sent); the broker not measured (and its name server) is paused meanwhile. Printe
 p50, p99, p99.9 and max of both latencies for each broker and their ratios pyrmq/Java (below 1:
 pyrmq is faster), the CPU each broker used, what the whole machine used (and its busiest
 processes), and pyrmq's event-loop stalls over 10 ms during its window, with their causes, from
-its loop monitor's log (broker/loop_monitor.py). No time is asserted; a run must only measure
+its loop monitor's log (broker/loop_monitor.py). The host at times stops the whole VM without
+counting it as steal: probes on every CPU measure that through both windows
+(benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of it
+the VM was paused (the stall's length less that is what the machine, not the host, took). No
+time is asserted; a run must only measure
 something (a broker that did not keep up is printed as NOT MEASURED, with its counts; one whose
 window has not closed a minute after it was due is printed as DID NOT HOLD the rate, with the
 broker CPU it used meanwhile).
@@ -33,7 +37,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -41,6 +45,7 @@ from typing import Final
 import pytest
 
 from benchmarks.conftest import record
+from benchmarks.host_pauses import HostPauseProbes, Pause, paused_within, summary
 from benchmarks.peers import (
     busiest,
     cpu_seconds_by_process,
@@ -108,7 +113,8 @@ PYRMQ_BROKER_CONF: Final[dict[str, str | int | bool]] = {
     "eventLoopStallThresholdMs": STALL_THRESHOLD_MS,
 }
 _STALL: Final = re.compile(
-    r"event loop stall lag_ms=([\d.]+) cause=(\w+) (.*?) samples=\d+ running=(.*)$")
+    r"event loop stall lag_ms=([\d.]+) cause=(\w+) (.*?) end_unix_s=([\d.]+) samples=\d+ "
+    r"running=(.*)$")
 
 
 def topic_of(rate: int) -> str:
@@ -122,6 +128,7 @@ class Brokers:
     java_broker: JavaServer
     pyrmq_namesrv: PyrmqProcess
     pyrmq_broker: PyrmqProcess
+    host_pauses: HostPauseProbes
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,8 @@ class Run:
     # False: the window had not closed by its deadline (the broker, or the load generator
     # with it, fell behind the rate); the run is reported as not holding the rate.
     held: bool = True
+    # The window in wall-clock time (to line it up with the host's pauses).
+    window_unix_s: tuple[float, float] = (0.0, 0.0)
 
     @property
     def publish(self) -> Latencies | None:
@@ -214,6 +223,7 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
     base = tmp_path_factory.mktemp("latency-bench")
     with contextlib.ExitStack() as stack:
         stack.callback(_remove_stored_data, base)
+        host_pauses = stack.enter_context(HostPauseProbes(base))
         pyrmq_env = stack.enter_context(PyrmqEnv(base / "pyrmq"))
         pyrmq_namesrv = pyrmq_env.start_namesrv()
         pyrmq_broker = pyrmq_env.start_broker(pyrmq_namesrv, extra_conf=PYRMQ_BROKER_CONF)
@@ -232,7 +242,7 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
                f"{WARMUP_S} s warm-up + {WINDOW_S} s measured per broker and rate; the other "
                "broker paused). p50 / p99 / p99.9 / max in ms; ratios pyrmq/Java (< 1: pyrmq "
                "lower)")
-        yield Brokers(env, java_namesrv, java_broker, pyrmq_namesrv, pyrmq_broker)
+        yield Brokers(env, java_namesrv, java_broker, pyrmq_namesrv, pyrmq_broker, host_pauses)
 
 
 def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, rate: int,
@@ -259,6 +269,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         deadline = time.monotonic() + timeout_s
         process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
         opened = (process_cpu_seconds(broker_pid), time.monotonic())
+        opened_unix_s = time.time()
         machine_opened = (machine_busy_seconds(), cpu_seconds_by_process(), steal_seconds())
         log_from = len(broker_log())
         held = True
@@ -270,6 +281,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
                 raise
             held = False  # still sending the window's messages: behind the rate
         closed = (process_cpu_seconds(broker_pid), time.monotonic())
+        window_unix_s = (opened_unix_s, time.time())
         machine_closed = (machine_busy_seconds(), cpu_seconds_by_process(), steal_seconds())
         window_log = broker_log()[log_from:]
         exited = True
@@ -296,33 +308,53 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
     if not held:
         print(f"\n{name} did not hold {rate} msg/s:\n{process.diagnostics()}")
-        return Run({}, cpu_pct, intervals, window_log, machine, held=False)
+        return Run({}, cpu_pct, intervals, window_log, machine, held=False,
+                   window_unix_s=window_unix_s)
     result = last_json_line(out, what=name)
     if not result["acked"] or not result["received"]:
         print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
-    return Run(result, cpu_pct, intervals, window_log, machine)
+    return Run(result, cpu_pct, intervals, window_log, machine, window_unix_s=window_unix_s)
 
 
-def stalls_in(log: str) -> list[tuple[float, str, str, str]]:
-    """(lag_ms, cause, the monitor's figures, what ran) of every stall the pyrmq broker logged
-    in `log`."""
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """One stall the pyrmq broker logged, and how much of it the host had the VM paused."""
+
+    lag_ms: float
+    cause: str
+    figures: str  # the loop monitor's
+    running: str
+    end_unix_s: float
+    host_paused_ms: float = 0.0
+
+    @property
+    def less_host_ms(self) -> float:
+        return self.lag_ms - self.host_paused_ms
+
+
+def stalls_in(log: str, pauses: Sequence[Pause] = ()) -> list[Stall]:
+    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each."""
     found = []
     for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
-            found.append((float(match.group(1)), match.group(2), match.group(3),
-                          match.group(4)))
+            lag_ms, end = float(match.group(1)), float(match.group(4))
+            paused_ms = 1000 * paused_within(end - lag_ms / 1000, end, pauses)
+            found.append(Stall(lag_ms, match.group(2), match.group(3), match.group(5), end,
+                               paused_ms))
     return found
 
 
-def describe_stalls(stalls: list[tuple[float, str, str, str]]) -> str:
+def describe_stalls(stalls: Sequence[Stall]) -> str:
     if not stalls:
         return f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
-    causes = Counter(cause for _, cause, _, _ in stalls)
-    worst = max(stalls)
+    causes = Counter(stall.cause for stall in stalls)
+    worst = max(stalls, key=lambda stall: stall.lag_ms)
+    over = sum(1 for stall in stalls if stall.less_host_ms > STALL_THRESHOLD_MS)
     return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
             + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
-            + f"); the longest {worst[0]:.0f} ms, {worst[1]}, running {worst[3][:160]}")
+            + f"), {over} of them over {STALL_THRESHOLD_MS} ms less the VM's pauses; the "
+            f"longest {worst.lag_ms:.0f} ms, {worst.cause}, running {worst.running[:160]}")
 
 
 @pytest.mark.parametrize("rate", RATES, ids=[f"{rate // 1000}k" for rate in RATES])
@@ -333,7 +365,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                  brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}",
                                  broker_log=brokers.pyrmq_broker.log)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
-    stalls = stalls_in(ours.window_log)
+    our_pauses = brokers.host_pauses.pauses(*ours.window_unix_s)
+    stalls = stalls_in(ours.window_log, our_pauses)
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
@@ -345,9 +378,13 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                f"ratio {Latencies.ratio_text(mine, their)}")
     record(f"    broker CPU over the window: pyrmq {ours.broker_cpu_pct:.0f} %, {peer} "
            f"{theirs.broker_cpu_pct:.0f} % of one core; pyrmq: {describe_stalls(stalls)}")
-    for lag_ms, cause, figures, _ in stalls[:STALLS_SHOWN]:
+    for stall in stalls[:STALLS_SHOWN]:
         # What the broker's loop monitor saw in each (README, "Event-loop lag monitor").
-        record(f"      stall {lag_ms:.1f} ms {cause}: {figures}")
+        record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} (the VM paused "
+               f"{stall.host_paused_ms:.1f} ms of it): {stall.figures}")
+    their_pauses = brokers.host_pauses.pauses(*theirs.window_unix_s)
+    record(f"    the host (probes on every CPU): in pyrmq's window {summary(our_pauses)}; in "
+           f"{peer}'s {summary(their_pauses)}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
     print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received):")
     for name, run in (("pyrmq", ours), (peer, theirs)):

@@ -24,7 +24,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   since a read costs some 7 us, four times the rest of a tick, so the figure may include up to
   that interval before the window): a thread whose CPU the host took is neither on a CPU nor
   waiting for one as the guest counts, so a `blocked` stall with no kernel wait and steal in
-  its window was the host's.
+  its window was the host's. The host can also stop every CPU at once without counting steal;
+  the stall's end in wall-clock time (`end_unix_s`) lines it up with what measured that from
+  outside the broker (benchmarks/host_pauses.py).
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -447,13 +449,14 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s samples=%d "
-            "running=%s",
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s "
+            "end_unix_s=%.3f samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
-            self._format_requests(window), _ms(window.steal_s), seen,
+            self._format_requests(window), _ms(window.steal_s),
+            time.time() - (time.monotonic() - window.end_s), seen,
             " <- ".join(stack) if stack else "-",
         )
 

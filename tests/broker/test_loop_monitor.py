@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import mmap
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -168,13 +169,20 @@ def test_a_stall_is_reported_with_the_callback_that_caused_it(
         assert len(counted) == monitor.stalls
 
     caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    began_unix_s = time.time()
     if loop_kind == "uvloop":
         uvloop.run(scenario())
     else:
         asyncio.run(scenario())
+    ended_unix_s = time.time()
     ours = [record.getMessage() for record in caplog.records
             if f"running={block.__name__}" in record.getMessage()]
     assert ours
+    # The stall's end in wall-clock time, for lining it up with records from outside.
+    for message in ours:
+        stall_end = re.search(r" end_unix_s=([\d.]+) ", message)
+        assert stall_end is not None, message
+        assert began_unix_s + STALL_S * 0.8 <= float(stall_end[1]) <= ended_unix_s, message
     if block is sleep_on_the_loop and sys.platform == "linux":
         # Asleep in the kernel (in a timer wait), and the log says where.
         assert all("kernel_wait=-" not in message for message in ours), ours

@@ -1,0 +1,195 @@
+"""Host pauses: stretches in which the host ran none of this VM's CPUs, measured from inside it.
+
+Why: on this project's VMs the host at times stops every vCPU at once for milliseconds without
+counting it as steal (/proc/stat). The guest's clocks run on through it, so whatever thread was
+on a CPU then seems to have run (a `busy` stall in broker/loop_monitor.py), one that was waiting
+for a CPU seems to have waited (`not_scheduled`), and one asleep seems to have slept past its
+timer (`blocked`). A scheduler trace shows it as no event on any CPU while each CPU was running a
+task: 8.6 ms of a 16.1 ms `busy` stall of the latency benchmark (seventeenth session's traces).
+
+The probe: one process per CPU, pinned to it, sleeping PERIOD_S at a time. When it wakes later
+than due by more than it then waited for its CPU (its /proc schedstat run delay), its CPU did
+not deliver the timer on time: that CPU was not running. Where every CPU's probe saw that at the
+same time, the whole VM was paused. A benchmark runs `HostPauseProbes` beside its load and
+takes the pauses out of what it blames on its broker.
+
+    python -m benchmarks.host_pauses probe --cpu 0 --out late-0.txt   # one per CPU
+
+The intersection is pure (tests/unit/test_host_pauses.py); the probe and `HostPauseProbes` are
+the shell.
+
+Invariants:
+- A pause is reported only where every CPU's probe was late at once: one CPU's late timer can be
+  a guest matter (interrupts held off), or steal, which /proc/stat already counts.
+- A probe waiting for its CPU when a pause began does not see it (its lateness is then run
+  delay): the figures are a lower bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+PERIOD_S: Final = 0.002
+# A probe records a wake-up whose timer was this late or more (the rest is scheduler noise).
+RECORD_MIN_S: Final = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """One late wake-up of one CPU's probe: its timer was due at `due_unix_s` (wall clock) and
+    fired `timer_late_s` after that; it then waited `run_delay_s` for the CPU."""
+
+    cpu: int
+    due_unix_s: float
+    timer_late_s: float
+    run_delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    start_unix_s: float
+    end_unix_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end_unix_s - self.start_unix_s
+
+
+def parse_line(line: str, cpu: int) -> Late | None:
+    """A probe's record line (`due_unix_s timer_late_s run_delay_s`), or None if it is not one
+    (a line cut short by a stop)."""
+    parts = line.split()
+    if len(parts) != 3:
+        return None
+    try:
+        due, late, delay = (float(part) for part in parts)
+    except ValueError:
+        return None
+    return Late(cpu, due, late, delay)
+
+
+def vm_pauses(lates: Iterable[Late], cpus: int, *, min_s: float = RECORD_MIN_S) -> list[Pause]:
+    """The stretches of at least `min_s` in which every one of `cpus` CPUs had a timer overdue,
+    in time order."""
+    # A sweep over the CPUs' overdue stretches: a pause is wherever all `cpus` overlap.
+    edges: list[tuple[float, int, int]] = []
+    for late in lates:
+        if late.timer_late_s > 0:
+            edges.append((late.due_unix_s, 1, late.cpu))
+            edges.append((late.due_unix_s + late.timer_late_s, -1, late.cpu))
+    edges.sort(key=lambda edge: (edge[0], edge[1]))  # an end before a start at the same instant
+    open_per_cpu: dict[int, int] = {}
+    pauses: list[Pause] = []
+    started: float | None = None
+    for at, step, cpu in edges:
+        open_per_cpu[cpu] = open_per_cpu.get(cpu, 0) + step
+        covered = sum(1 for count in open_per_cpu.values() if count > 0)
+        if started is None and covered == cpus:
+            started = at
+        elif started is not None and covered < cpus:
+            if at - started >= min_s:
+                pauses.append(Pause(started, at))
+            started = None
+    return pauses
+
+
+def paused_within(start_unix_s: float, end_unix_s: float, pauses: Iterable[Pause]) -> float:
+    """Seconds of `pauses` inside [start, end]."""
+    return sum(max(0.0, min(end_unix_s, pause.end_unix_s) - max(start_unix_s, pause.start_unix_s))
+               for pause in pauses)
+
+
+def summary(pauses: Sequence[Pause]) -> str:
+    if not pauses:
+        return "the VM was not paused"
+    return (f"the VM was paused {len(pauses)} times, {1000 * sum(p.seconds for p in pauses):.0f} "
+            f"ms in all, the longest {1000 * max(p.seconds for p in pauses):.1f} ms")
+
+
+# ---------------------------------------------------------------------------------- the shell
+
+
+def _run_delay_s() -> float:
+    with open("/proc/thread-self/schedstat") as stat:
+        return int(stat.read().split()[1]) / 1e9
+
+
+def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
+    """Until SIGTERM: sleep `period_s` at a time on `cpu`, appending a line to `out` for each
+    wake-up whose timer was late by RECORD_MIN_S or more."""
+    os.sched_setaffinity(0, {cpu})
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with out.open("a", buffering=1) as records:
+        delay_before = _run_delay_s()
+        while True:
+            due = time.monotonic() + period_s
+            time.sleep(period_s)
+            woke = time.monotonic()
+            delay_now = _run_delay_s()
+            timer_late = woke - due - (delay_now - delay_before)
+            if timer_late >= RECORD_MIN_S:
+                due_unix = time.time() - (woke - due)
+                records.write(f"{due_unix:.6f} {timer_late:.6f} {delay_now - delay_before:.6f}\n")
+            delay_before = delay_now
+
+
+class HostPauseProbes:
+    """A probe per CPU for the block; `pauses(start, end)` reads what they saw so far."""
+
+    def __init__(self, directory: Path) -> None:
+        self.cpus = len(os.sched_getaffinity(0))
+        self._files = [directory / f"host-pauses-cpu{cpu}.txt" for cpu in range(self.cpus)]
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> HostPauseProbes:
+        for cpu, path in zip(sorted(os.sched_getaffinity(0)), self._files, strict=True):
+            path.unlink(missing_ok=True)
+            self._processes.append(subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.host_pauses", "probe", "--cpu", str(cpu),
+                 "--out", str(path)], cwd=Path(__file__).resolve().parent.parent))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        for process in self._processes:
+            process.terminate()
+        for process in self._processes:
+            process.wait(10)
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes]
+
+    def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
+        lates: list[Late] = []
+        for cpu, path in enumerate(self._files):
+            if path.exists():
+                lates.extend(late for line in path.read_text().splitlines()
+                             if (late := parse_line(line, cpu)) is not None)
+        return [pause for pause in vm_pauses(lates, self.cpus)
+                if pause.end_unix_s > start_unix_s and pause.start_unix_s < end_unix_s]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_pauses")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("probe", help="one CPU's probe, until SIGTERM")
+    run.add_argument("--cpu", type=int, required=True)
+    run.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    probe(args.cpu, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Host pauses (benchmarks/host_pauses.py): the intersection of the CPUs' late timers, against a
+millisecond-grid reference, and the probes as real processes, paused together by SIGSTOP as the
+host pauses the VM."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks.host_pauses import (
+    HostPauseProbes,
+    Late,
+    Pause,
+    parse_line,
+    paused_within,
+    summary,
+    vm_pauses,
+)
+from benchmarks.replication_parts import parse_late, worst_less_pauses_s
+
+MS = 0.001
+
+
+def _late(cpu: int, start_ms: float, length_ms: float) -> Late:
+    return Late(cpu, 1_000.0 + start_ms * MS, length_ms * MS, 0.0)
+
+
+def _ms(pauses: list[Pause]) -> list[tuple[float, float]]:
+    return [(round((p.start_unix_s - 1_000.0) / MS, 6), round(p.seconds / MS, 6)) for p in pauses]
+
+
+def test_a_pause_is_where_every_cpu_was_late_at_once() -> None:
+    lates = [_late(0, 10, 9), _late(1, 12, 3), _late(1, 16, 10)]
+    # cpu0 late over 10-19; cpu1 over 12-15 and 16-26: both at 12-15 and at 16-19.
+    assert _ms(vm_pauses(lates, cpus=2)) == [(12, 3), (16, 3)]
+
+
+def test_one_cpu_late_alone_is_no_pause() -> None:
+    assert vm_pauses([_late(0, 10, 50)], cpus=2) == []
+    assert vm_pauses([_late(0, 10, 50), _late(0, 20, 5)], cpus=2) == []
+
+
+def test_a_pause_shorter_than_the_minimum_is_left_out() -> None:
+    lates = [_late(0, 10, 5), _late(1, 14.5, 5)]
+    assert vm_pauses(lates, cpus=2, min_s=1 * MS) == []
+    assert _ms(vm_pauses(lates, cpus=2, min_s=0.1 * MS)) == [(14.5, 0.5)]
+
+
+def test_paused_within_counts_only_the_overlap() -> None:
+    pauses = [Pause(10.0, 10.008), Pause(10.020, 10.030)]
+    assert abs(paused_within(10.004, 10.025, pauses) - 0.009) < 1e-9
+    assert paused_within(11.0, 12.0, pauses) == 0.0
+    assert summary([]) == "the VM was not paused"
+    assert summary(pauses) == "the VM was paused 2 times, 18 ms in all, the longest 10.0 ms"
+
+
+def test_a_probe_line_round_trips_and_a_cut_line_is_skipped() -> None:
+    assert parse_line("1764388957.228100 0.008600 0.000020", 1) == Late(1, 1764388957.2281,
+                                                                        0.0086, 0.00002)
+    assert parse_line("1764388957.2281 0.00", 0) is None
+    assert parse_line("1764388957.2281 x 0.0", 0) is None
+
+
+_stretches = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(1, 12)),
+                      max_size=12)
+
+
+@given(_stretches)
+def test_the_sweep_agrees_with_a_millisecond_grid(stretches: list[tuple[int, int, int]]) -> None:
+    cpus = 3
+    lates = [_late(cpu % cpus, start, length) for cpu, start, length in stretches]
+    # The reference: a 1 ms cell is paused when every CPU has a stretch covering it.
+    covered: dict[int, set[int]] = {cpu: set() for cpu in range(cpus)}
+    for cpu, start, length in stretches:
+        covered[cpu % cpus].update(range(start, start + length))
+    cells = set.intersection(*covered.values())
+    pauses = vm_pauses(lates, cpus=cpus, min_s=1e-9)
+    assert abs(sum(p.seconds for p in pauses) / MS - len(cells)) < 1e-6
+    # Maximal and in order: no two pauses touch.
+    for before, after in itertools.pairwise(pauses):
+        assert after.start_unix_s > before.end_unix_s
+
+
+def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
+    stop_s = 0.08
+    with HostPauseProbes(tmp_path) as probes:
+        pids = probes.pids
+        time.sleep(0.5)  # both asleep in their loops
+        began = time.time()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(stop_s)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        pauses: list[Pause] = []
+        while time.monotonic() < deadline and not pauses:
+            pauses = [p for p in probes.pauses(began - 1, began + 1) if p.seconds > stop_s / 2]
+            time.sleep(0.05)
+    # A stopped probe is not runnable: its timer is overdue without any run delay, as in a
+    # pause of the VM. The pause starts within a probe period of the stop.
+    assert len(pauses) == 1, pauses
+    assert stop_s * 0.8 <= pauses[0].seconds <= stop_s + 0.05
+    assert began - 0.01 <= pauses[0].start_unix_s <= began + 0.01
+
+
+def test_a_ticker_lateness_less_the_pauses_inside_it() -> None:
+    # The replication benchmark's loops (benchmarks/replication_parts.py): a 12 ms stall
+    # ending at t=10.020 with an 8 ms pause inside it is 4 ms of the machine's; a 3 ms one
+    # outside any pause stays 3 ms.
+    late = parse_late("10.0200:0.0120,11.0000:0.0030")
+    assert late == [(10.02, 0.012), (11.0, 0.003)]
+    assert parse_late("-") == []
+    pauses = [Pause(10.010, 10.018)]
+    assert abs(worst_less_pauses_s(late, pauses) - 0.004) < 1e-9
+    assert abs(worst_less_pauses_s(late, []) - 0.012) < 1e-9
+    assert worst_less_pauses_s([], pauses) == 0.0
