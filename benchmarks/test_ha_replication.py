@@ -59,7 +59,7 @@ from typing import Final, TypeVar
 import uvloop
 
 from benchmarks.conftest import record
-from benchmarks.host_pauses import HostPauseProbes, Pause, summary
+from benchmarks.host_pauses import HostPauseProbes, Pause, reported_free_kib, summary
 from benchmarks.replication_parts import (
     BATCH,
     FILE_BYTES,
@@ -108,6 +108,8 @@ class Run:
     # the pauses inside it.
     pauses: list[Pause] = field(default_factory=list)
     stall_less_pauses_s: float = 0.0
+    # Free memory the guest handed back to the host meanwhile (None: not counted here).
+    reported_mib: float | None = None
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -121,7 +123,9 @@ class Run:
                 f"{self.far_stall_s * 1000:.1f} in the child, {self.own_stall_s * 1000:.1f} "
                 f"without waits for a CPU, {self.stall_less_pauses_s * 1000:.1f} less the VM's "
                 f"pauses; {self.major_faults} major faults; the host took "
-                f"{self.steal_ms:.0f} ms of CPU, {summary(self.pauses)}")
+                f"{self.steal_ms:.0f} ms of CPU, {summary(self.pauses)}"
+                + ("" if self.reported_mib is None else
+                   f", the guest handed {self.reported_mib:.0f} MiB of free memory back"))
 
 
 @dataclass
@@ -212,6 +216,7 @@ async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
     ticker.start()
     started = time.perf_counter()
     started_unix_s = time.time()
+    reported_before = reported_free_kib()
     cpu_started = time.process_time()
     result = await start()
     *figures, child_late = await _line(child, "done")
@@ -219,12 +224,14 @@ async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
+    reported_after = reported_free_kib()
     pauses = probes.pauses(started_unix_s, time.time())
     less_pauses = worst_less_pauses_s([*ticker.late, *parse_late(child_late)], pauses)
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
                ticker.major_faults + int(child_faults), ticker.steal_s * 1000, pauses,
-               less_pauses), result
+               less_pauses, None if reported_before is None or reported_after is None
+               else (reported_after - reported_before) / 1024), result
 
 
 async def _replicate(child: asyncio.subprocess.Process, probes: HostPauseProbes, root: Path,
