@@ -19,12 +19,11 @@ pyrmq is faster), the CPU each broker used, what the whole machine used (and its
 processes), and pyrmq's event-loop stalls over 10 ms during its window, with their causes, from
 its loop monitor's log (broker/loop_monitor.py). The host at times stops the whole VM without
 counting it as steal: probes on every CPU measure that through both windows
-(benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of it
-the VM was paused (the stall's length less that is what the machine, not the host, took). No
-time is asserted; a run must only measure
-something (a broker that did not keep up is printed as NOT MEASURED, with its counts; one whose
-window has not closed a minute after it was due is printed as DID NOT HOLD the rate, with the
-broker CPU it used meanwhile).
+(benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of
+it the VM was paused (the stall's length less that is what the machine, not the host, took).
+No time is asserted; a run must only measure something (a broker that did not keep up is
+printed as NOT MEASURED, with its counts; one whose window has not closed a minute after it was
+due is printed as DID NOT HOLD the rate, with the broker CPU it used meanwhile).
 Cost: about 2 x (WARMUP_S + WINDOW_S + ~10 s) per rate plus start-up, ~3.5 minutes.
 """
 
