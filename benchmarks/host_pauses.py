@@ -94,7 +94,9 @@ def vm_pauses(lates: Iterable[Late], cpus: int, *, min_s: float = RECORD_MIN_S) 
         if late.timer_late_s > 0:
             edges.append((late.due_unix_s, 1, late.cpu))
             edges.append((late.due_unix_s + late.timer_late_s, -1, late.cpu))
-    edges.sort(key=lambda edge: (edge[0], edge[1]))  # an end before a start at the same instant
+    # A start before an end at the same instant: a CPU late over two touching stretches was
+    # late throughout, and a pause across them is one.
+    edges.sort(key=lambda edge: (edge[0], -edge[1]))
     open_per_cpu: dict[int, int] = {}
     pauses: list[Pause] = []
     started: float | None = None

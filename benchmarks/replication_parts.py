@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import heapq
 import resource
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
@@ -53,17 +53,17 @@ class Ticker:
     lateness; `worst_own_s` the worst lateness less the time the loop thread waited for a CPU
     meanwhile (its /proc schedstat run-queue wait): what the loop itself took, or was blocked
     in, rather than what other threads and processes (the VM's kernel threads included) took
-    from it on a busy machine. `late` keeps each lateness of LATE_KEPT_S or more with when it
-    ended (wall clock), so that `worst_less_s` can take out what the host's pauses of the whole
-    VM took (benchmarks/host_pauses.py)."""
+    from it on a busy machine. `late` keeps the LATE_KEPT_MAX worst latenesses of LATE_KEPT_S
+    or more, each as (when it ended, wall clock; lateness), so that `worst_less_pauses_s` can
+    take out what the host's pauses of the whole VM took (benchmarks/host_pauses.py)."""
 
-    LATE_KEPT_S: Final = 0.001
-    LATE_KEPT_MAX: Final = 4096
+    LATE_KEPT_S: Final = 0.002
+    LATE_KEPT_MAX: Final = 2048  # a child's `done` line carries them: some 45 KB at most
 
     def __init__(self) -> None:
         self.worst_s = 0.0
         self.worst_own_s = 0.0
-        self.late: deque[tuple[float, float]] = deque(maxlen=self.LATE_KEPT_MAX)
+        self._worst: list[tuple[float, float]] = []  # a min-heap of (lateness, end)
         # Page faults of this process that read from the disk, from start() to stop(): a page
         # of the page cache or a mapping the kernel had dropped (blocks the loop).
         self.major_faults = 0
@@ -85,7 +85,10 @@ class Ticker:
                 self.worst_s = max(self.worst_s, late)
                 self.worst_own_s = max(self.worst_own_s, late - waited)
                 if late >= self.LATE_KEPT_S:
-                    self.late.append((time.time(), late))
+                    if len(self._worst) < self.LATE_KEPT_MAX:
+                        heapq.heappush(self._worst, (late, time.time()))
+                    else:
+                        heapq.heappushpop(self._worst, (late, time.time()))
         finally:
             schedstat.close()
 
@@ -93,6 +96,11 @@ class Ticker:
         self.major_faults = -resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         self.steal_s = -steal_seconds()
         self._task = asyncio.create_task(self._run())
+
+    @property
+    def late(self) -> list[tuple[float, float]]:
+        """(end, lateness) of the kept latenesses, in time order."""
+        return sorted((end, late) for late, end in self._worst)
 
     def late_text(self) -> str:
         """`late` as one word for a child's `done` line: `end:late,...`, or `-`."""

@@ -85,6 +85,8 @@ ROUNDS: Final = 3
 WARMUP_ROUNDS: Final = 1
 REPO: Final = Path(__file__).resolve().parent.parent
 CHILD_START_TIMEOUT_S: Final = 60.0
+# A `done` line carries the child's late ticks (`Ticker.LATE_KEPT_MAX`, some 45 KB at most).
+CHILD_LINE_BYTES_MAX: Final = 1 << 20
 
 T = TypeVar("T")
 
@@ -186,7 +188,8 @@ async def _child(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
     once done, expected to exit with 0 then, killed if still running on the way out."""
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.replication_child", *args, cwd=REPO,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        limit=CHILD_LINE_BYTES_MAX)
     try:
         yield child
         assert child.stdin is not None

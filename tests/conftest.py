@@ -48,6 +48,7 @@ SERIAL_PATHS: tuple[str, ...] = (
     "tests/spark/test_failover_streaming.py",
     "tests/controller/test_admin.py",
     "tests/integration/test_ha_replication.py",
+    "tests/unit/test_host_pauses.py",
 )
 
 

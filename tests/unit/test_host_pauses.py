@@ -41,6 +41,11 @@ def test_a_pause_is_where_every_cpu_was_late_at_once() -> None:
     assert _ms(vm_pauses(lates, cpus=2)) == [(12, 3), (16, 3)]
 
 
+def test_touching_stretches_of_one_cpu_make_one_pause() -> None:
+    lates = [_late(0, 10, 5), _late(0, 15, 5), _late(1, 10, 10)]
+    assert _ms(vm_pauses(lates, cpus=2)) == [(10, 10)]
+
+
 def test_one_cpu_late_alone_is_no_pause() -> None:
     assert vm_pauses([_late(0, 10, 50)], cpus=2) == []
     assert vm_pauses([_late(0, 10, 50), _late(0, 20, 5)], cpus=2) == []
@@ -88,7 +93,9 @@ def test_the_sweep_agrees_with_a_millisecond_grid(stretches: list[tuple[int, int
 
 
 def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
-    stop_s = 0.08
+    # Timing-dependent (a serial test, tests/conftest.py): a probe queued for its CPU when
+    # stopped sees less of the stop.
+    stop_s = 0.2
     with HostPauseProbes(tmp_path) as probes:
         pids = probes.pids
         time.sleep(0.5)  # both asleep in their loops
@@ -106,8 +113,8 @@ def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
     # A stopped probe is not runnable: its timer is overdue without any run delay, as in a
     # pause of the VM. The pause starts within a probe period of the stop.
     assert len(pauses) == 1, pauses
-    assert stop_s * 0.8 <= pauses[0].seconds <= stop_s + 0.05
-    assert began - 0.01 <= pauses[0].start_unix_s <= began + 0.01
+    assert stop_s * 0.7 <= pauses[0].seconds <= stop_s + 0.05
+    assert began - 0.05 <= pauses[0].start_unix_s <= began + 0.05
 
 
 def test_a_ticker_lateness_less_the_pauses_inside_it() -> None:
