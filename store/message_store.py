@@ -237,7 +237,8 @@ class MessageStore:
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
         # Consume queues past the middle of their last file, whose next file the allocator
         # creates ahead of need (as the commitlog's next segment).
-        self._spares_wanted: dict[tuple[str, int], ConsumeQueue] = {}
+        # Queues whose next file or next pages the allocate loop should prepare.
+        self._ahead_wanted: dict[tuple[str, int], ConsumeQueue] = {}
         self._allocate_wakeup: asyncio.Event | None = None
         self._flush_wakeup: asyncio.Event | None = None
         self._disk_lock: asyncio.Lock | None = None
@@ -479,8 +480,8 @@ class MessageStore:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
-        if queue is not None and queue.spare_wanted() is not None:
-            self._want_spare(queue)
+        if queue is not None and queue.ahead_wanted():
+            self._want_ahead(queue)
         return AppendResult(phy_offset, msg.total_size, queue_offset, 1, store_timestamp,
                             msg.tags_code)
 
@@ -582,8 +583,8 @@ class MessageStore:
             self._keep_appended(phy_offset, _new_tuple(_Appended, (
                 end, phy_offset, size, topic, queue_id, True, queue_offset, tags_code,
                 store_timestamp)))
-            if queue.spare_wanted() is not None:
-                self._want_spare(queue)
+            if queue.ahead_wanted():
+                self._want_ahead(queue)
             return _new_tuple(AppendResult, (phy_offset, size, queue_offset, 1,
                                              store_timestamp, tags_code))
         self._confirm_offset = end
@@ -592,13 +593,13 @@ class MessageStore:
                 queue.put(queue_offset, phy_offset, size, tags_code)
             except QueueOrderError as err:
                 raise self._inline_refused(key, end, err) from err
-            spare_wanted = queue.spare_wanted() is not None
+            ahead_wanted = queue.ahead_wanted()
         else:
-            spare_wanted = queue.unit_written(queue_offset, phy_offset, size)
+            ahead_wanted = queue.unit_written(queue_offset, phy_offset, size)
         self._reput_from = end
         self._dispatcher.last_store_timestamp = store_timestamp
-        if spare_wanted:
-            self._want_spare(queue)
+        if ahead_wanted:
+            self._want_ahead(queue)
         # AppendResult's own __new__ is a Python function; this is its body, at half the cost.
         return _new_tuple(AppendResult, (phy_offset, size, queue_offset, 1, store_timestamp,
                                          tags_code))
@@ -659,13 +660,13 @@ class MessageStore:
                     raise self._inline_refused(key, end, err) from err
                 self._reput_from = end
                 self._dispatcher.last_store_timestamp = store_timestamp
-        if queue.spare_wanted() is not None:
-            self._want_spare(queue)
+        if queue.ahead_wanted():
+            self._want_ahead(queue)
         return AppendResult(phy_offset, batch.total_size, queue_offset, batch.count,
                             store_timestamp)
 
-    def _want_spare(self, queue: ConsumeQueue) -> None:
-        self._spares_wanted[(queue.topic, queue.queue_id)] = queue
+    def _want_ahead(self, queue: ConsumeQueue) -> None:
+        self._ahead_wanted[(queue.topic, queue.queue_id)] = queue
         if self._allocate_wakeup is not None:
             self._allocate_wakeup.set()
 
@@ -706,6 +707,7 @@ class MessageStore:
 
             async def create(at: int = file_start) -> None:
                 queue.adopt_prepared(await self._in_thread(queue.create_file_detached, at))
+                self._want_ahead(queue)  # its first pages, after the put that needed it
 
             await self._once(("cq", topic, queue_id, file_start), create)
 
@@ -1419,8 +1421,8 @@ class MessageStore:
 
     async def _allocate_loop(self) -> None:
         """Files ahead of need, in worker threads (RocketMQ's AllocateMappedFileService): the
-        next consume-queue file of every queue past the middle of its last one (woken by the
-        append that got there), the next commitlog segment once the current one is half
+        next consume-queue file of every queue past the middle of its last one, and the pages
+        of its last file ahead of its writer (woken by the append that got there), the next commitlog segment once the current one is half
         written, and pre-faulted pages ahead of the commitlog's writer. A put then finds its
         files ready and never waits for a disk operation."""
         assert self._allocate_wakeup is not None
@@ -1430,7 +1432,7 @@ class MessageStore:
                 async with asyncio.timeout(ALLOCATE_INTERVAL_S):
                     await wakeup.wait()
             wakeup.clear()
-            await self._prepare_spares()
+            await self._prepare_queues_ahead()
             if self.commitlog.warm_ahead_wanted():
                 await self._in_thread(self.commitlog.warm_ahead)
             start = self.commitlog.need_next_file()
@@ -1439,15 +1441,21 @@ class MessageStore:
                     # A full disk here is reported by the append that needs the file.
                     await self._in_thread(self.commitlog.prepare_next_file, start)
 
-    async def _prepare_spares(self) -> None:
-        wanted, self._spares_wanted = self._spares_wanted, {}
+    async def _prepare_queues_ahead(self) -> None:
+        """Each queue an append asked for: its next pages faulted in, its next file made."""
+        wanted, self._ahead_wanted = self._ahead_wanted, {}
         for (topic, queue_id), queue in wanted.items():
+            if self.consume_queues.get(topic, queue_id) is not queue:
+                continue
+            if queue.warm_wanted():
+                await self._in_thread(queue.warm_ahead)
             start = queue.spare_wanted()
-            if start is None or self.consume_queues.get(topic, queue_id) is not queue:
+            if start is None:
                 continue
 
             async def create(at: int = start, queue: ConsumeQueue = queue) -> None:
-                queue.adopt_prepared(await self._in_thread(queue.create_file_detached, at))
+                queue.adopt_prepared(
+                    await self._in_thread(queue.create_file_detached, at, warm=True))
 
             with contextlib.suppress(DiskFullError):
                 # Shared with a put that needs the same file now (`_prepare_files`).
