@@ -1422,9 +1422,10 @@ class MessageStore:
     async def _allocate_loop(self) -> None:
         """Files ahead of need, in worker threads (RocketMQ's AllocateMappedFileService): the
         next consume-queue file of every queue past the middle of its last one, and the pages
-        of its last file ahead of its writer (woken by the append that got there), the next commitlog segment once the current one is half
-        written, and pre-faulted pages ahead of the commitlog's writer. A put then finds its
-        files ready and never waits for a disk operation."""
+        of its last file ahead of its writer (woken by the append that got there), the next
+        commitlog segment once the current one is half written, and pre-faulted pages ahead of
+        the commitlog's writer. A put then finds its files ready and never waits for a disk
+        operation."""
         assert self._allocate_wakeup is not None
         wakeup = self._allocate_wakeup
         while True:
