@@ -43,6 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from broker.loop_monitor import SchedStat
+
 PERIOD_S: Final = 0.002
 # Free page reporting (virtio-balloon): the guest hands free 2 MiB blocks back to the host, which
 # then has to fault them in again on their next use. This kernel counts what it has reported.
@@ -137,28 +139,26 @@ def reported_free_kib() -> int | None:
         return None
 
 
-def _run_delay_s() -> float:
-    with open("/proc/thread-self/schedstat") as stat:
-        return int(stat.read().split()[1]) / 1e9
-
-
 def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
     """Until SIGTERM: sleep `period_s` at a time on `cpu`, appending a line to `out` for each
     wake-up whose timer was late by RECORD_MIN_S or more."""
     os.sched_setaffinity(0, {cpu})
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    schedstat = SchedStat()  # this thread's run delay, as the loop monitor reads the loop's
     with out.open("a", buffering=1) as records:
-        delay_before = _run_delay_s()
+        before = schedstat.read()
         while True:
             due = time.monotonic() + period_s
             time.sleep(period_s)
             woke = time.monotonic()
-            delay_now = _run_delay_s()
-            timer_late = woke - due - (delay_now - delay_before)
-            if timer_late >= RECORD_MIN_S:
-                due_unix = time.time() - (woke - due)
-                records.write(f"{due_unix:.6f} {timer_late:.6f} {delay_now - delay_before:.6f}\n")
-            delay_before = delay_now
+            now = schedstat.read()
+            if before is not None and now is not None:
+                delay = (now[1] - before[1]) / 1e9
+                timer_late = woke - due - delay
+                if timer_late >= RECORD_MIN_S:
+                    due_unix = time.time() - (woke - due)
+                    records.write(f"{due_unix:.6f} {timer_late:.6f} {delay:.6f}\n")
+            before = now
 
 
 class HostPauseProbes:

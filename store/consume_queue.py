@@ -54,6 +54,7 @@ CqUnits = npt.NDArray[np.void]
 # whole file: a broker with thousands of queues would otherwise dirty 6 MB of zeros for each.
 WARM_AHEAD_BYTES: Final = 128 * 1024
 
+
 class ConsumeQueue:
     """The units of one (topic, queue_id); offsets in the API are logical queue offsets."""
 
@@ -255,9 +256,10 @@ class ConsumeQueue:
                 if full.read_ahead:
                     break
                 full.set_read_ahead(True)
-            if warm:
-                mapped.populate(WARM_AHEAD_BYTES)
-            return mapped
+        if warm:
+            # Outside the lock: dispatch, on the event loop, may be waiting on it.
+            mapped.populate(WARM_AHEAD_BYTES)
+        return mapped
 
     def warm_wanted(self) -> bool:
         """Whether the writer is within half of WARM_AHEAD_BYTES of the last file's faulted-in

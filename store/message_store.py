@@ -235,9 +235,8 @@ class MessageStore:
         self._logics_physical_offset = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._preparing: dict[tuple[object, ...], asyncio.Future[None]] = {}
-        # Consume queues past the middle of their last file, whose next file the allocator
-        # creates ahead of need (as the commitlog's next segment).
-        # Queues whose next file or next pages the allocate loop should prepare.
+        # Consume queues whose next file (past the middle of their last one) or next pages
+        # the allocate loop prepares ahead of need (as the commitlog's next segment).
         self._ahead_wanted: dict[tuple[str, int], ConsumeQueue] = {}
         self._allocate_wakeup: asyncio.Event | None = None
         self._flush_wakeup: asyncio.Event | None = None
