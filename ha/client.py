@@ -142,13 +142,21 @@ _PUMPED_EFFECTS: Final = (AppendRun, SetConfirmOffset, Send)
 class _Connection:
     """The slave's end of the TCP connection, a plain non-blocking socket without a transport:
     `recv_into` reads straight into the caller's buffer (the decoder's) whatever is there now,
-    `readable` waits for more without consuming anything (so a timeout never loses bytes)."""
+    `readable` waits for more without consuming anything (so a timeout never loses bytes).
 
-    __slots__ = ("_loop", "_sock")
+    The socket stays registered with the loop from one wait to the next: a replicated send
+    costs the slave one wake-up, not an epoll_ctl pair and a timer context on top. A readiness
+    that finds no wait unregisters it (level-triggered, it would otherwise fire on every loop
+    turn while the bytes sit there, e.g. while the pump's worker thread reads them)."""
+
+    __slots__ = ("_fd", "_loop", "_registered", "_sock", "_waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
         self._loop = loop
         self._sock = sock
+        self._fd = sock.fileno()
+        self._registered = False
+        self._waiter: asyncio.Future[bool] | None = None
 
     def recv_into(self, room: memoryview) -> int | None:
         """Bytes read now (0: the master closed), None when none are waiting."""
@@ -159,18 +167,30 @@ class _Connection:
 
     async def readable(self, timeout_s: float) -> bool:
         """Wait until bytes (or the end) can be read; False after `timeout_s`."""
-        ready: asyncio.Future[None] = self._loop.create_future()
-        fd = self._sock.fileno()
-        self._loop.add_reader(fd, _resolve, ready)
+        waiter: asyncio.Future[bool] = self._loop.create_future()
+        self._waiter = waiter
+        if not self._registered:
+            self._loop.add_reader(self._fd, self._on_readable)
+            self._registered = True
+        timer = self._loop.call_later(timeout_s, _resolve, waiter, False)
         try:
-            async with asyncio.timeout(timeout_s):
-                await ready
-        except TimeoutError:
-            return False
-        else:
-            return True
+            return await waiter
         finally:
-            self._loop.remove_reader(fd)
+            timer.cancel()
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.unregister()
+        else:
+            waiter.set_result(True)
+
+    def unregister(self) -> None:
+        """Off the loop's poll set: before the socket closes, or when no one waits."""
+        if self._registered:
+            self._loop.remove_reader(self._fd)
+            self._registered = False
 
     def send_now(self, data: bytes) -> bytes:
         """Send what the socket takes now; returns the rest (b"": all sent)."""
@@ -186,9 +206,9 @@ class _Connection:
             await self._loop.sock_sendall(self._sock, rest)
 
 
-def _resolve(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
+def _resolve(waiter: asyncio.Future[bool], readable: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(readable)
 
 
 class HAClient:
@@ -240,14 +260,16 @@ class HAClient:
         # decoder's buffer (`sock_recv_into`), bodies copied once from there into the mapping.
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
+        conn = _Connection(loop, sock)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 await loop.sock_connect(sock, (host, port))
             self.sessions += 1
-            await self._replicate(_Connection(loop, sock))
+            await self._replicate(conn)
         finally:
+            conn.unregister()
             # shutdown first: the loop may still hold the descriptor (its poll handles), and
             # the master must see the end now, not when that goes.
             with contextlib.suppress(OSError):
@@ -348,8 +370,9 @@ class HAClient:
             if owed is not None and not catching_up and now - owed_since >= DISPATCH_DELAY_MS:
                 self._confirm(min(owed, store.max_phy_offset))
                 owed = None
-            if nbytes is not None:
-                # A read that found bytes waiting did not suspend: a loop turn per read.
+            if full_read:
+                # More may be waiting now: read again after a loop turn (a read that found
+                # bytes did not suspend). After a short read the socket is drained: wait.
                 await asyncio.sleep(0)
                 continue
             # Nothing waiting: wait for more, a dispatch or a heartbeat.

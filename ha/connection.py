@@ -58,6 +58,7 @@ class HAConnection:
         self._task: asyncio.Task[None] | None = None
         self.transferred_bytes = 0
         self.flow = FlowMeter(service.clock_ms())
+        self._last_read_ms = service.clock_ms()
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
@@ -93,15 +94,13 @@ class HAConnection:
 
     async def _read_loop(self) -> None:
         service = self.service
-        housekeeping_s = service.config.ha_housekeeping_interval_ms / 1000
         while True:
-            try:
-                async with asyncio.timeout(housekeeping_s):
-                    data = await self._reader.read(READ_CHUNK_BYTES)
-            except TimeoutError as err:
-                raise EOFError(f"nothing read for {housekeeping_s:.1f} s") from err
+            # No timer per read: the writer closes the connection after
+            # haHousekeepingInterval of silence (`_check_silence`).
+            data = await self._reader.read(READ_CHUNK_BYTES)
             if not data:
                 raise EOFError("slave closed the connection")
+            self._last_read_ms = service.clock_ms()
             self._decoder.feed(data)
             # The writer has something new to do after a HANDSHAKE (the reply) or the first
             # ACK (shipping starts); a later ACK changes nothing it sends (a moved confirmOffset
@@ -134,7 +133,9 @@ class HAConnection:
         store = service.store
         writer = self._writer
         unyielded = 0  # bytes written since this coroutine last gave the loop a turn
+        loop = asyncio.get_running_loop()
         while True:
+            self._check_silence()
             if unyielded >= YIELD_EVERY_BYTES:
                 # drain() returns at once while the socket takes everything: without this the
                 # writer would hold the loop for a whole backlog.
@@ -146,7 +147,7 @@ class HAConnection:
             reply = self.protocol.handshake_reply(view)
             if reply is not None:
                 writer.write(reply.encode())
-                await writer.drain()
+                await self._drain()
                 self.protocol.wrote(service.clock_ms())
                 continue
             headers = self.protocol.next_transfers(
@@ -158,14 +159,15 @@ class HAConnection:
                 if self.protocol.slave_broker_id is not None and self.protocol.caught_up(view):
                     service.caught_up(self.protocol.slave_broker_id)
                 self.wakeup.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(WRITER_POLL_S):
-                        await self.wakeup.wait()
+                # A timer handle, not a timeout context: this wait comes once per send.
+                poll = loop.call_later(WRITER_POLL_S, self.wakeup.set)
+                await self.wakeup.wait()
+                poll.cancel()
                 continue
             first, last = headers[0], headers[-1]
             if not first.body_size:  # a heartbeat
                 writer.write(first.encode())
-                await writer.drain()
+                await self._drain()
                 self.protocol.wrote(service.clock_ms())
                 continue
             # The frames (consecutive data of one file) go out in one writelines (one writev),
@@ -182,8 +184,33 @@ class HAConnection:
                     parts.append(whole[at : at + header.body_size])
             writer.writelines(parts)
             del parts
-            await writer.drain()
+            await self._drain()
             self.transferred_bytes += batch_bytes
             self.flow.add(batch_bytes, service.clock_ms())
             unyielded += batch_bytes
             self.protocol.wrote(service.clock_ms())
+
+    def _check_silence(self) -> None:
+        """Nothing read from the slave for haHousekeepingInterval: it is gone. Called by the
+        writer, which looks at least every WRITER_POLL_S and bounds its waits for the socket."""
+        housekeeping_ms = self.service.config.ha_housekeeping_interval_ms
+        if self.service.clock_ms() - self._last_read_ms > housekeeping_ms:
+            raise EOFError(f"nothing read for {housekeeping_ms / 1000:.1f} s")
+
+    async def _drain(self) -> None:
+        """`drain()`, and while it waits (the socket full: a stopped slave reads nothing) the
+        silence is still watched. While the socket takes everything, the common case, drain
+        does not wait and no timer is made."""
+        writer = self._writer
+        transport = writer.transport
+        if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:
+            await writer.drain()
+            return
+        while True:
+            self._check_silence()
+            try:
+                async with asyncio.timeout(WRITER_POLL_S):
+                    await writer.drain()
+            except TimeoutError:
+                continue
+            return

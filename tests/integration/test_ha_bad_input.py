@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from ha.frames import (
 from ha.service import AutoSwitchHAService
 from store.errors import DataInvariantError
 from store.message_store import MessageStore
-from tests.integration.test_ha_replication import Cluster, Node, address, send
+from tests.integration.test_ha_replication import Cluster, Node, address, fill_to, send
 from tests.remoting.support import wait_until
 from tests.support.store_helpers import small_config
 
@@ -108,6 +109,38 @@ async def test_arbitrary_bytes_never_ack_or_join(tmp_path: Path, garbage: bytes)
 
 
 _runs = itertools.count()
+
+
+@pytest.mark.parametrize("backlog", [False, True], ids=["idle", "socket-full"])
+async def test_a_silent_slave_is_dropped_after_the_housekeeping_interval(
+    cluster: Cluster, backlog: bool
+) -> None:
+    """A slave that handshakes, acks once and then says nothing is dropped after
+    haHousekeepingInterval: with nothing to send (the master's writer idle), and with a backlog
+    it never reads (the master's socket full, its writer waiting in drain)."""
+    master = await cluster.node(1, ha_housekeeping_interval_ms=1000)
+    await master.service.become_master(1, frozenset({1}), 1)
+    await send(master, 3)
+    if backlog:
+        await fill_to(master, 8 * 1024 * 1024, bytes(4096))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # fills at once
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, address(master))
+    _reader, writer = await asyncio.open_connection(sock=sock)
+    # Acked from 0 the slave is owed everything; acked at the end, nothing.
+    ack = 0 if backlog else master.store.max_phy_offset
+    writer.write(SlaveHandshake(False, False, 2).encode() + SlaveAck(ack).encode())
+    await writer.drain()
+    await wait_until(lambda: 2 in master.service.ack_by_slave(), timeout_s=10,
+                     what="the slave's connection up")
+    silent_from = asyncio.get_running_loop().time()
+    await wait_until(lambda: 2 not in master.service.ack_by_slave(), timeout_s=10,
+                     what="the silent slave dropped")
+    waited = asyncio.get_running_loop().time() - silent_from
+    assert 0.5 < waited < 5, waited
+    assert all(c.protocol.slave_broker_id != 2 for c in master.service.connections)
+    writer.close()
 
 
 class FakeMaster:
