@@ -161,8 +161,10 @@ class HAConnection:
                 self.wakeup.clear()
                 # A timer handle, not a timeout context: this wait comes once per send.
                 poll = loop.call_later(WRITER_POLL_S, self.wakeup.set)
-                await self.wakeup.wait()
-                poll.cancel()
+                try:
+                    await self.wakeup.wait()
+                finally:
+                    poll.cancel()
                 continue
             first, last = headers[0], headers[-1]
             if not first.body_size:  # a heartbeat
