@@ -563,7 +563,6 @@ async def test_files_are_prepared_ahead_so_puts_crossing_into_them_create_nothin
         store.close()
 
 
-
 async def test_consume_queue_pages_are_faulted_in_ahead_of_dispatch(tmp_path: Path) -> None:
     """A worker thread keeps a queue file's pages faulted in WARM_AHEAD_BYTES ahead of its
     writer, from the first put on, and a file made ahead of need has its first pages so:
