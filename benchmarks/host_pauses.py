@@ -15,8 +15,17 @@ takes the pauses out of what it blames on its broker.
 
     python -m benchmarks.host_pauses probe --cpu 0 --out late-0.txt   # one per CPU
 
-The intersection is pure (tests/unit/test_host_pauses.py); the probe and `HostPauseProbes` are
-the shell.
+The same probe also times a fixed piece of work on each wake-up in its thread's CPU time: the
+CPU's speed. On this project's VMs a vCPU at times runs at about half its speed for seconds on
+end, with no steal counted and no pause (nineteenth session, on an idle VM: 0.5 s stretches at
+1.0 and 2.0 times the work's shortest time, alternating); a host thread sharing the physical
+core would do that. A broker on a half-speed CPU takes twice the time for the same work, which
+its loop monitor shows as a `busy` stall with fewer requests than usual. The probe writes the
+median time of each SPEED_BUCKET_S of samples; the speed of a stretch is the shortest median
+of the run over the stretch's median.
+
+The intersection and the speeds are pure (tests/unit/test_host_pauses.py); the probe and
+`HostPauseProbes` are the shell.
 
 Invariants:
 - A pause is reported only where every CPU's probe was late at once: one CPU's late timer can be
@@ -37,7 +46,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +60,16 @@ PERIOD_S: Final = 0.002
 REPORTED_KIB: Final = Path("/sys/module/page_reporting/parameters/reported_kib")
 # A probe records a wake-up whose timer was this late or more (the rest is scheduler noise).
 RECORD_MIN_S: Final = 0.001
+# The fixed work timed on each wake-up: some 10 us on this host's CPUs at full speed, so that
+# the probes take about 0.6 % of each CPU. It is timed after a short untimed run of the same
+# work: run cold, it took a fifth longer on a CPU shared with a process copying memory (the
+# caches the broker's work emptied), warm it did not. A sample still varies (interrupts); a
+# bucket's median does not.
+SPEED_WORK: Final = 400
+SPEED_WARM_UP: Final = 100
+SPEED_BUCKET_S: Final = 0.05
+SPEED_PREFIX: Final = "speed"
+SLOW_SPEED: Final = 0.75  # a stretch below this share of full speed counts as slow
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +93,35 @@ class Pause:
         return self.end_unix_s - self.start_unix_s
 
 
+@dataclass(frozen=True, slots=True)
+class SpeedBucket:
+    """The median CPU time of the fixed work over one bucket of one CPU's wake-ups."""
+
+    cpu: int
+    start_unix_s: float
+    end_unix_s: float
+    median_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """How fast the CPUs ran over a stretch, as fractions of full speed (1.0): the median over
+    the stretch's buckets, the slowest bucket, and the share of the stretch's buckets below
+    SLOW_SPEED."""
+
+    median: float
+    slowest: float
+    slow_share: float
+
+    def __str__(self) -> str:
+        return (f"the CPUs ran at {self.median:.2f} of full speed (median; the slowest 50 ms "
+                f"{self.slowest:.2f}, below {SLOW_SPEED} in {100 * self.slow_share:.0f} % of "
+                f"the time)")
+
+
 def parse_line(line: str, cpu: int) -> Late | None:
     """A probe's record line (`due_unix_s timer_late_s run_delay_s`), or None if it is not one
-    (a line cut short by a stop)."""
+    (a speed line, a line cut short by a stop)."""
     parts = line.split()
     if len(parts) != 3:
         return None
@@ -85,6 +130,37 @@ def parse_line(line: str, cpu: int) -> Late | None:
     except ValueError:
         return None
     return Late(cpu, due, late, delay)
+
+
+def parse_speed_line(line: str, cpu: int) -> SpeedBucket | None:
+    """A probe's speed line (`speed start_unix_s end_unix_s median_ns`), or None if it is not
+    one."""
+    parts = line.split()
+    if len(parts) != 4 or parts[0] != SPEED_PREFIX:
+        return None
+    try:
+        return SpeedBucket(cpu, float(parts[1]), float(parts[2]), int(parts[3]))
+    except ValueError:
+        return None
+
+
+def speed_within(buckets: Sequence[SpeedBucket], start_unix_s: float, end_unix_s: float,
+                 full_ns: int) -> Speed | None:
+    """How fast the CPUs ran in [start, end], from the buckets that overlap it, with `full_ns`
+    the work's time at full speed; None if no bucket overlaps."""
+    speeds = sorted(min(1.0, full_ns / bucket.median_ns) for bucket in buckets
+                    if bucket.end_unix_s > start_unix_s and bucket.start_unix_s < end_unix_s
+                    and bucket.median_ns > 0)
+    if not speeds:
+        return None
+    middle = len(speeds) // 2
+    median = (speeds[middle] if len(speeds) % 2
+              else (speeds[middle - 1] + speeds[middle]) / 2)
+    return Speed(median, speeds[0], sum(1 for s in speeds if s < SLOW_SPEED) / len(speeds))
+
+
+def speed_text(speed: Speed | None) -> str:
+    return str(speed) if speed is not None else "the CPUs' speed not measured"
 
 
 def vm_pauses(lates: Iterable[Late], cpus: int, *, min_s: float = RECORD_MIN_S) -> list[Pause]:
@@ -139,12 +215,24 @@ def reported_free_kib() -> int | None:
         return None
 
 
+def fixed_work(iterations: int = SPEED_WORK) -> int:
+    """The work whose CPU time is the CPU's speed: Python bytecode on a few small integers, so
+    that neither memory nor another CPU's load changes its time much."""
+    total = 0
+    for i in range(iterations):
+        total += i * i
+    return total
+
+
 def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
     """Until SIGTERM: sleep `period_s` at a time on `cpu`, appending a line to `out` for each
-    wake-up whose timer was late by RECORD_MIN_S or more."""
+    wake-up whose timer was late by RECORD_MIN_S or more, and one for each SPEED_BUCKET_S with
+    the median CPU time of `fixed_work` over its wake-ups."""
     os.sched_setaffinity(0, {cpu})
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     schedstat = SchedStat()  # this thread's run delay, as the loop monitor reads the loop's
+    samples: list[int] = []
+    bucket_start = time.time()
     with out.open("a", buffering=1) as records:
         before = schedstat.read()
         while True:
@@ -158,7 +246,20 @@ def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
                 if timer_late >= RECORD_MIN_S:
                     due_unix = time.time() - (woke - due)
                     records.write(f"{due_unix:.6f} {timer_late:.6f} {delay:.6f}\n")
-            before = now
+            # CPU time, not wall time: waiting for the CPU meanwhile does not count.
+            fixed_work(SPEED_WARM_UP)
+            started_ns = time.thread_time_ns()
+            fixed_work()
+            samples.append(time.thread_time_ns() - started_ns)
+            wall = time.time()
+            if wall - bucket_start >= SPEED_BUCKET_S:
+                samples.sort()
+                records.write(f"{SPEED_PREFIX} {bucket_start:.6f} {wall:.6f} "
+                              f"{samples[len(samples) // 2]}\n")
+                samples.clear()
+                bucket_start = wall
+            # Read after the work: a wait for the CPU during it is not the next timer's.
+            before = schedstat.read()
 
 
 class HostPauseProbes:
@@ -188,14 +289,29 @@ class HostPauseProbes:
     def pids(self) -> list[int]:
         return [process.pid for process in self._processes]
 
-    def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
-        lates: list[Late] = []
+    def _lines(self) -> Iterator[tuple[int, str]]:
         for cpu, path in enumerate(self._files):
             if path.exists():
-                lates.extend(late for line in path.read_text().splitlines()
-                             if (late := parse_line(line, cpu)) is not None)
+                for line in path.read_text().splitlines():
+                    yield cpu, line
+
+    def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
+        lates = [late for cpu, line in self._lines() if (late := parse_line(line, cpu))]
         return [pause for pause in vm_pauses(lates, self.cpus)
                 if pause.end_unix_s > start_unix_s and pause.start_unix_s < end_unix_s]
+
+    def speed_buckets(self) -> list[SpeedBucket]:
+        """Every speed bucket the probes have written so far. The fastest bucket's median of
+        a run is its full speed: the CPUs ran at full speed in most minutes seen so far."""
+        return [bucket for cpu, line in self._lines()
+                if (bucket := parse_speed_line(line, cpu))]
+
+    def speed(self, start_unix_s: float, end_unix_s: float) -> Speed | None:
+        buckets = self.speed_buckets()
+        if not buckets:
+            return None
+        full_ns = min(bucket.median_ns for bucket in buckets)
+        return speed_within(buckets, start_unix_s, end_unix_s, full_ns)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,15 @@ from typing import Final, TypeVar
 import uvloop
 
 from benchmarks.conftest import record
-from benchmarks.host_pauses import HostPauseProbes, Pause, reported_free_kib, summary
+from benchmarks.host_pauses import (
+    SLOW_SPEED,
+    HostPauseProbes,
+    Pause,
+    Speed,
+    reported_free_kib,
+    speed_text,
+    summary,
+)
 from benchmarks.replication_parts import (
     BATCH,
     FILE_BYTES,
@@ -112,6 +120,8 @@ class Run:
     stall_less_pauses_s: float = 0.0
     # Free memory the guest handed back to the host meanwhile (None: not counted here).
     reported_mib: float | None = None
+    # How fast the host ran the VM's CPUs meanwhile (None: no probe figures).
+    speed: Speed | None = None
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -127,7 +137,14 @@ class Run:
                 f"pauses; {self.major_faults} major faults; the host took "
                 f"{self.steal_ms:.0f} ms of CPU, {summary(self.pauses)}"
                 + ("" if self.reported_mib is None else
-                   f", the guest handed {self.reported_mib:.0f} MiB of free memory back"))
+                   f", the guest handed {self.reported_mib:.0f} MiB of free memory back")
+                + f", {speed_text(self.speed)}")
+
+    @property
+    def host_left_alone(self) -> bool:
+        """The host took no CPU time, paused nothing and slowed no CPU below SLOW_SPEED."""
+        return (not self.steal_ms and not self.pauses and self.speed is not None
+                and self.speed.slowest >= SLOW_SPEED)
 
 
 @dataclass
@@ -148,6 +165,8 @@ class Rounds:
         dispatch_s = statistics.median(r.dispatch_s for r in self.repl)
         unstolen = [r.stall_s for r in self.repl if not r.steal_ms]
         unstolen_stall = f"{max(unstolen) * 1000:.1f} ms" if unstolen else "-"
+        alone = [r.stall_s for r in self.repl if r.host_left_alone]
+        alone_stall = f"{max(alone) * 1000:.1f} ms" if alone else "-"
         return (f"{nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
@@ -157,7 +176,9 @@ class Rounds:
                 f"{max(r.own_stall_s for r in self.repl) * 1000:.1f} ms (plain stream "
                 f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}), in the rounds the host "
                 f"took no CPU time from {unstolen_stall} ({len(unstolen)} of {len(self.repl)} "
-                f"rounds), less the VM's pauses "
+                f"rounds), in the rounds the host left alone (no CPU time taken, no pause, "
+                f"no CPU below {SLOW_SPEED} of full speed) {alone_stall} ({len(alone)} of "
+                f"{len(self.repl)}), less the VM's pauses "
                 f"{max(r.stall_less_pauses_s for r in self.repl) * 1000:.1f} ms (plain stream "
                 f"{max(p.stall_less_pauses_s for p in self.peer) * 1000:.1f}; the host "
                 f"paused the VM {sum(len(r.pauses) for r in self.repl + self.peer)} times in "
@@ -228,13 +249,15 @@ async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
     cpu_seconds = time.process_time() - cpu_started + child_cpu
     await ticker.stop()
     reported_after = reported_free_kib()
-    pauses = probes.pauses(started_unix_s, time.time())
+    ended_unix_s = time.time()
+    pauses = probes.pauses(started_unix_s, ended_unix_s)
     less_pauses = worst_less_pauses_s([*ticker.late, *parse_late(child_late)], pauses)
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
                ticker.major_faults + int(child_faults), ticker.steal_s * 1000, pauses,
                less_pauses, None if reported_before is None or reported_after is None
-               else (reported_after - reported_before) / 1024), result
+               else (reported_after - reported_before) / 1024,
+               speed=probes.speed(started_unix_s, ended_unix_s)), result
 
 
 async def _replicate(child: asyncio.subprocess.Process, probes: HostPauseProbes, root: Path,

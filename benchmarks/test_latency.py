@@ -44,7 +44,15 @@ from typing import Final
 import pytest
 
 from benchmarks.conftest import record
-from benchmarks.host_pauses import HostPauseProbes, Pause, paused_within, summary
+from benchmarks.host_pauses import (
+    SLOW_SPEED,
+    HostPauseProbes,
+    Pause,
+    Speed,
+    paused_within,
+    speed_text,
+    summary,
+)
 from benchmarks.peers import (
     busiest,
     cpu_seconds_by_process,
@@ -317,7 +325,8 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """One stall the pyrmq broker logged, and how much of it the host had the VM paused."""
+    """One stall the pyrmq broker logged, how much of it the host had the VM paused, and how
+    fast the host ran the VM's CPUs meanwhile."""
 
     lag_ms: float
     cause: str
@@ -325,22 +334,26 @@ class Stall:
     running: str
     end_unix_s: float
     host_paused_ms: float = 0.0
+    speed: Speed | None = None
 
     @property
     def less_host_ms(self) -> float:
         return self.lag_ms - self.host_paused_ms
 
 
-def stalls_in(log: str, pauses: Sequence[Pause] = ()) -> list[Stall]:
-    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each."""
+def stalls_in(log: str, pauses: Sequence[Pause] = (),
+              speed: Callable[[float, float], Speed | None] = lambda start, end: None,
+              ) -> list[Stall]:
+    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each and
+    the CPUs' `speed` over it (`HostPauseProbes.speed`)."""
     found = []
     for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
             lag_ms, end = float(match.group(1)), float(match.group(4))
-            paused_ms = 1000 * paused_within(end - lag_ms / 1000, end, pauses)
+            start = end - lag_ms / 1000
             found.append(Stall(lag_ms, match.group(2), match.group(3), match.group(5), end,
-                               paused_ms))
+                               1000 * paused_within(start, end, pauses), speed(start, end)))
     return found
 
 
@@ -349,11 +362,14 @@ def describe_stalls(stalls: Sequence[Stall]) -> str:
         return f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
     causes = Counter(stall.cause for stall in stalls)
     worst = max(stalls, key=lambda stall: stall.lag_ms)
-    over = sum(1 for stall in stalls if stall.less_host_ms > STALL_THRESHOLD_MS)
+    over = [stall for stall in stalls if stall.less_host_ms > STALL_THRESHOLD_MS]
+    slowed = sum(1 for stall in over
+                 if stall.speed is not None and stall.speed.slowest < SLOW_SPEED)
     return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
             + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
-            + f"), {over} of them over {STALL_THRESHOLD_MS} ms less the VM's pauses; the "
-            f"longest {worst.lag_ms:.0f} ms, {worst.cause}, running {worst.running[:160]}")
+            + f"), {len(over)} of them over {STALL_THRESHOLD_MS} ms less the VM's pauses, "
+            f"{slowed} of those while the host ran a CPU below {SLOW_SPEED} of full speed; "
+            f"the longest {worst.lag_ms:.0f} ms, {worst.cause}, running {worst.running[:160]}")
 
 
 @pytest.mark.parametrize("rate", RATES, ids=[f"{rate // 1000}k" for rate in RATES])
@@ -365,7 +381,7 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                  broker_log=brokers.pyrmq_broker.log)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
     our_pauses = brokers.host_pauses.pauses(*ours.window_unix_s)
-    stalls = stalls_in(ours.window_log, our_pauses)
+    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speed)
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
@@ -380,10 +396,13 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     for stall in stalls[:STALLS_SHOWN]:
         # What the broker's loop monitor saw in each (README, "Event-loop lag monitor").
         record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} (the VM paused "
-               f"{stall.host_paused_ms:.1f} ms of it): {stall.figures}")
+               f"{stall.host_paused_ms:.1f} ms of it; {speed_text(stall.speed)}): "
+               f"{stall.figures}")
     their_pauses = brokers.host_pauses.pauses(*theirs.window_unix_s)
-    record(f"    the host (probes on every CPU): in pyrmq's window {summary(our_pauses)}; in "
-           f"{peer}'s {summary(their_pauses)}")
+    our_speed = speed_text(brokers.host_pauses.speed(*ours.window_unix_s))
+    their_speed = speed_text(brokers.host_pauses.speed(*theirs.window_unix_s))
+    record(f"    the host (probes on every CPU): in pyrmq's window {summary(our_pauses)}, "
+           f"{our_speed}; in {peer}'s {summary(their_pauses)}, {their_speed}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
     print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received):")
     for name, run in (("pyrmq", ours), (peer, theirs)):

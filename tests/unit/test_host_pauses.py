@@ -14,11 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.host_pauses import (
+    SPEED_BUCKET_S,
     HostPauseProbes,
     Late,
     Pause,
+    Speed,
+    SpeedBucket,
     parse_line,
+    parse_speed_line,
     paused_within,
+    speed_within,
     summary,
     vm_pauses,
 )
@@ -70,6 +75,39 @@ def test_a_probe_line_round_trips_and_a_cut_line_is_skipped() -> None:
                                                                         0.0086, 0.00002)
     assert parse_line("1764388957.2281 0.00", 0) is None
     assert parse_line("1764388957.2281 x 0.0", 0) is None
+    assert parse_line("speed 1764388957.20 1764388957.25 9100", 0) is None
+
+
+def test_a_speed_line_round_trips_and_a_pause_line_is_not_one() -> None:
+    assert parse_speed_line("speed 1764388957.20 1764388957.25 9100", 1) == SpeedBucket(
+        1, 1764388957.2, 1764388957.25, 9100)
+    assert parse_speed_line("1764388957.228100 0.008600 0.000020", 0) is None
+    assert parse_speed_line("speed 1764388957.20 1764388957.25 9.1", 0) is None
+    assert parse_speed_line("speed 1764388957.20", 0) is None
+
+
+def _bucket(cpu: int, start_ms: int, median_ns: int) -> SpeedBucket:
+    return SpeedBucket(cpu, 1_000.0 + start_ms * MS, 1_000.0 + (start_ms + 50) * MS, median_ns)
+
+
+def test_speed_is_full_time_over_median_time_in_the_buckets_that_overlap() -> None:
+    # Two CPUs, 50 ms buckets; cpu1 at half speed from 50 ms on.
+    buckets = [_bucket(0, 0, 10_000), _bucket(0, 50, 10_000), _bucket(0, 100, 11_000),
+               _bucket(1, 0, 10_000), _bucket(1, 50, 20_000), _bucket(1, 100, 20_000)]
+    whole = speed_within(buckets, 1_000.0, 1_000.150, full_ns=10_000)
+    assert whole is not None
+    # Speeds 1, 1, 0.909, 1, 0.5, 0.5: the median of six is the mean of the middle two.
+    assert abs(whole.median - (0.909_09 + 1.0) / 2) < 1e-4
+    assert whole.slowest == 0.5
+    assert whole.slow_share == 2 / 6
+    # A stretch inside cpu1's slow buckets and cpu0's full-speed ones.
+    late = speed_within(buckets, 1_000.060, 1_000.090, full_ns=10_000)
+    assert late == Speed(median=0.75, slowest=0.5, slow_share=0.5)
+    assert speed_within(buckets, 2_000.0, 2_001.0, full_ns=10_000) is None
+    # A bucket faster than the given full speed counts as full speed, not more.
+    assert speed_within([_bucket(0, 0, 9_000)], 1_000.0, 1_000.01, 10_000) == Speed(1.0, 1.0, 0)
+    assert str(late) == ("the CPUs ran at 0.75 of full speed (median; the slowest 50 ms 0.50, "
+                         "below 0.75 in 50 % of the time)")
 
 
 _stretches = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(1, 12)),
@@ -115,6 +153,17 @@ def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
     assert len(pauses) == 1, pauses
     assert stop_s * 0.7 <= pauses[0].seconds <= stop_s + 0.05
     assert began - 0.05 <= pauses[0].start_unix_s <= began + 0.05
+    # Each probe also wrote its CPU's speed, a bucket at a time, and none across the stop's
+    # middle: a stopped probe samples nothing.
+    buckets = probes.speed_buckets()
+    assert {bucket.cpu for bucket in buckets} == set(range(probes.cpus))
+    assert all(bucket.median_ns > 0 and bucket.end_unix_s - bucket.start_unix_s
+               >= SPEED_BUCKET_S for bucket in buckets)
+    middle = began + stop_s / 2
+    assert not [b for b in buckets if b.start_unix_s > began and b.end_unix_s < middle]
+    speed = probes.speed(began - 0.5, began)
+    assert speed is not None
+    assert 0 < speed.slowest <= speed.median <= 1.0
 
 
 def test_a_ticker_lateness_less_the_pauses_inside_it() -> None:
