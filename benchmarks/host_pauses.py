@@ -46,7 +46,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -307,11 +307,13 @@ class HostPauseProbes:
                 if (bucket := parse_speed_line(line, cpu))]
 
     def speed(self, start_unix_s: float, end_unix_s: float) -> Speed | None:
+        return self.speeds()(start_unix_s, end_unix_s)
+
+    def speeds(self) -> Callable[[float, float], Speed | None]:
+        """`speed` over what the probes have written so far, read once: for many stretches."""
         buckets = self.speed_buckets()
-        if not buckets:
-            return None
-        full_ns = min(bucket.median_ns for bucket in buckets)
-        return speed_within(buckets, start_unix_s, end_unix_s, full_ns)
+        full_ns = min((bucket.median_ns for bucket in buckets), default=0)
+        return lambda start, end: speed_within(buckets, start, end, full_ns)
 
 
 def main(argv: list[str] | None = None) -> int:

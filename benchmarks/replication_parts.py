@@ -10,11 +10,11 @@ import gc
 import heapq
 import resource
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from benchmarks.host_pauses import Pause, paused_within
+from benchmarks.host_pauses import SLOW_SPEED, Pause, Speed, paused_within
 from benchmarks.peers import steal_seconds
 from broker.heap import freeze_startup_heap
 from broker.loop_monitor import SchedStat
@@ -127,3 +127,19 @@ def worst_less_pauses_s(late: Iterable[tuple[float, float]], pauses: Iterable[Pa
     kept = list(pauses)
     return max((lateness - paused_within(end - lateness, end, kept) for end, lateness in late),
                default=0.0)
+
+
+def worst_host_free_s(late: Iterable[tuple[float, float]], pauses: Iterable[Pause],
+                      speed: Callable[[float, float], Speed | None]) -> float:
+    """The worst of `late` (`Ticker.late`) with no pause of the VM inside it and no CPU below
+    SLOW_SPEED of full speed through it (`HostPauseProbes.speed`; unmeasured counts as full
+    speed); 0.0 if none of those was kept (all under `Ticker.LATE_KEPT_S`)."""
+    kept = list(pauses)
+
+    def host_free(end: float, lateness: float) -> bool:
+        if paused_within(end - lateness, end, kept) > 0:
+            return False
+        measured = speed(end - lateness, end)
+        return measured is None or measured.slowest >= SLOW_SPEED
+
+    return max((lateness for end, lateness in late if host_free(end, lateness)), default=0.0)

@@ -14,6 +14,8 @@ is the 250th slowest of 25,000 sends, so one 50 ms pause of this shared host's (
 wait spans three processes) could set it alone. With 5 s windows, clean-clone runs measured
 2.8-7.7 ms replicated, and the master alone's p99 rose in the same runs (2.0-3.6 ms). Every
 broker runs with the store's default file sizes (`start_broker`), not the test harness's.
+Each open-loop run also prints what the host did to the VM meanwhile: its pauses of the whole
+VM and how fast it ran the CPUs (benchmarks/host_pauses.py).
 """
 
 from __future__ import annotations

@@ -39,7 +39,10 @@ round with a stall of 15-40 ms was one in which the host took 10-50 ms of CPU ti
 stalled together), and the others none: the worst stall of the rounds without steal is
 printed too. The host also pauses the whole VM at times without counting it as steal: probes
 on every CPU measure those pauses (benchmarks/host_pauses.py), and the worst stall less the
-pauses inside it is printed for both the replication and the plain stream. A slave builds its
+pauses inside it is printed for both the replication and the plain stream. The probes also
+measure how fast the host ran each CPU (at times one runs at half speed for seconds): each
+round prints it, and the worst stall of the rounds the host left alone (no steal, no pause, no
+CPU below SLOW_SPEED of full speed) is printed too. A slave builds its
 consume queues after a backlog (ha/client.py DISPATCH_CATCH_UP_BYTES): how long after the last
 byte they reach it is printed as well.
 """
@@ -76,6 +79,7 @@ from benchmarks.replication_parts import (
     ha_config,
     parse_late,
     store_config,
+    worst_host_free_s,
     worst_less_pauses_s,
 )
 from ha.connection import YIELD_EVERY_BYTES
@@ -120,8 +124,10 @@ class Run:
     stall_less_pauses_s: float = 0.0
     # Free memory the guest handed back to the host meanwhile (None: not counted here).
     reported_mib: float | None = None
-    # How fast the host ran the VM's CPUs meanwhile (None: no probe figures).
+    # How fast the host ran the VM's CPUs meanwhile (None: no probe figures), and the worst
+    # stall with no pause of the VM in it and no CPU below SLOW_SPEED through it.
     speed: Speed | None = None
+    stall_host_free_s: float = 0.0
     # Replication only: how long after the last byte the slave's consume queues reached it.
     dispatch_s: float = 0.0
     dispatch_cpu_s: float = 0.0
@@ -141,10 +147,10 @@ class Run:
                 + f", {speed_text(self.speed)}")
 
     @property
-    def host_left_alone(self) -> bool:
-        """The host took no CPU time, paused nothing and slowed no CPU below SLOW_SPEED."""
-        return (not self.steal_ms and not self.pauses and self.speed is not None
-                and self.speed.slowest >= SLOW_SPEED)
+    def host_took_nothing(self) -> bool:
+        """The host took no CPU time from the VM and the guest handed it no memory back (both
+        counted for the whole round, not per stall)."""
+        return not self.steal_ms and not self.reported_mib
 
 
 @dataclass
@@ -163,10 +169,12 @@ class Rounds:
                                       for p, r in zip(self.peer, self.repl, strict=True))
         repl_s = statistics.median(r.seconds for r in self.repl)
         dispatch_s = statistics.median(r.dispatch_s for r in self.repl)
-        unstolen = [r.stall_s for r in self.repl if not r.steal_ms]
-        unstolen_stall = f"{max(unstolen) * 1000:.1f} ms" if unstolen else "-"
-        alone = [r.stall_s for r in self.repl if r.host_left_alone]
-        alone_stall = f"{max(alone) * 1000:.1f} ms" if alone else "-"
+        # The stalls the host had no part in, as far as it shows: in the rounds it took
+        # nothing, those with no pause in them and no slowed CPU (under LATE_KEPT_S: none kept).
+        untouched = [r.stall_host_free_s for r in self.repl if r.host_took_nothing]
+        host_free = ("-" if not untouched else
+                     f"{max(untouched) * 1000:.1f} ms" if max(untouched) else
+                     f"under {Ticker.LATE_KEPT_S * 1000:.0f} ms")
         return (f"{nbytes / repl_s / 1e6:,.0f} MB/s; plain loopback stream "
                 f"{nbytes / statistics.median(p.seconds for p in self.peer) / 1e6:,.0f} MB/s; "
                 f"ratio {ratio:.2f} (goal >= 0.5), in CPU time {cpu_ratio:.2f}; worst "
@@ -174,11 +182,11 @@ class Rounds:
                 f"ms; {max(p.stall_s for p in self.peer) * 1000:.1f} ms during the plain stream), "
                 f"without the loops' waits for a CPU "
                 f"{max(r.own_stall_s for r in self.repl) * 1000:.1f} ms (plain stream "
-                f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}), in the rounds the host "
-                f"took no CPU time from {unstolen_stall} ({len(unstolen)} of {len(self.repl)} "
-                f"rounds), in the rounds the host left alone (no CPU time taken, no pause, "
-                f"no CPU below {SLOW_SPEED} of full speed) {alone_stall} ({len(alone)} of "
-                f"{len(self.repl)}), less the VM's pauses "
+                f"{max(p.own_stall_s for p in self.peer) * 1000:.1f}), the worst the host had no "
+                f"part in {host_free} (in the {len(untouched)} of {len(self.repl)} rounds in "
+                f"which it took no CPU time and no memory back, the stalls with no pause of "
+                f"the VM in them and no CPU below {SLOW_SPEED} of full speed), less the VM's "
+                f"pauses "
                 f"{max(r.stall_less_pauses_s for r in self.repl) * 1000:.1f} ms (plain stream "
                 f"{max(p.stall_less_pauses_s for p in self.peer) * 1000:.1f}; the host "
                 f"paused the VM {sum(len(r.pauses) for r in self.repl + self.peer)} times in "
@@ -251,13 +259,16 @@ async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
     reported_after = reported_free_kib()
     ended_unix_s = time.time()
     pauses = probes.pauses(started_unix_s, ended_unix_s)
-    less_pauses = worst_less_pauses_s([*ticker.late, *parse_late(child_late)], pauses)
+    late = [*ticker.late, *parse_late(child_late)]
+    speeds = probes.speeds()
+    less_pauses = worst_less_pauses_s(late, pauses)
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
                ticker.major_faults + int(child_faults), ticker.steal_s * 1000, pauses,
                less_pauses, None if reported_before is None or reported_after is None
                else (reported_after - reported_before) / 1024,
-               speed=probes.speed(started_unix_s, ended_unix_s)), result
+               speed=speeds(started_unix_s, ended_unix_s),
+               stall_host_free_s=worst_host_free_s(late, pauses, speeds)), result
 
 
 async def _replicate(child: asyncio.subprocess.Process, probes: HostPauseProbes, root: Path,

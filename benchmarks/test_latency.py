@@ -21,6 +21,8 @@ its loop monitor's log (broker/loop_monitor.py). The host at times stops the who
 counting it as steal: probes on every CPU measure that through both windows
 (benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of
 it the VM was paused (the stall's length less that is what the machine, not the host, took).
+The same probes time a fixed piece of work: each window and each stall also says how fast the
+host ran the VM's CPUs meanwhile (at times one runs at half speed for seconds).
 No time is asserted; a run must only measure something (a broker that did not keep up is
 printed as NOT MEASURED, with its counts; one whose window has not closed a minute after it was
 due is printed as DID NOT HOLD the rate, with the broker CPU it used meanwhile).
@@ -381,7 +383,7 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                  broker_log=brokers.pyrmq_broker.log)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
     our_pauses = brokers.host_pauses.pauses(*ours.window_unix_s)
-    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speed)
+    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speeds())
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")

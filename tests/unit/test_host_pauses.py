@@ -27,7 +27,7 @@ from benchmarks.host_pauses import (
     summary,
     vm_pauses,
 )
-from benchmarks.replication_parts import parse_late, worst_less_pauses_s
+from benchmarks.replication_parts import parse_late, worst_host_free_s, worst_less_pauses_s
 
 MS = 0.001
 
@@ -177,3 +177,19 @@ def test_a_ticker_lateness_less_the_pauses_inside_it() -> None:
     assert abs(worst_less_pauses_s(late, pauses) - 0.004) < 1e-9
     assert abs(worst_less_pauses_s(late, []) - 0.012) < 1e-9
     assert worst_less_pauses_s([], pauses) == 0.0
+
+
+def test_the_worst_lateness_the_host_had_no_part_in() -> None:
+    # Three stalls: 12 ms with a pause inside, 9 ms on a CPU at half speed, 4 ms on CPUs at
+    # full speed; the last is the worst the host had no part in.
+    late = [(10.020, 0.012), (10.500, 0.009), (11.000, 0.004)]
+    pauses = [Pause(10.010, 10.018)]
+
+    def speed(start: float, end: float) -> Speed | None:
+        return Speed(0.5, 0.5, 1.0) if 10.4 < end < 10.6 else Speed(0.95, 0.9, 0.0)
+
+    assert abs(worst_host_free_s(late, pauses, speed) - 0.004) < 1e-9
+    # Without measured speeds, only the pause counts.
+    assert abs(worst_host_free_s(late, pauses, lambda start, end: None) - 0.009) < 1e-9
+    assert worst_host_free_s(late[:2], pauses, speed) == 0.0
+
