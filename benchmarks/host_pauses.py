@@ -17,12 +17,12 @@ takes the pauses out of what it blames on its broker.
 
 The same probe also times a fixed piece of work on each wake-up in its thread's CPU time: the
 CPU's speed. On this project's VMs a vCPU at times runs at about half its speed for seconds on
-end, with no steal counted and no pause (nineteenth session, on an idle VM: 0.5 s stretches at
-1.0 and 2.0 times the work's shortest time, alternating); a host thread sharing the physical
+end, with no steal counted and no pause (twentieth session, on an idle VM: stretches of 0.5-3 s
+at 1.0 and 2.0 times the work's shortest time, alternating); a host thread sharing the physical
 core would do that. A broker on a half-speed CPU takes twice the time for the same work, which
 its loop monitor shows as a `busy` stall with fewer requests than usual. The probe writes the
-median time of each SPEED_BUCKET_S of samples; the speed of a stretch is the shortest median
-of the run over the stretch's median.
+median time of each SPEED_BUCKET_S of samples. A bucket's speed is the run's shortest median
+over its own; a stretch's, the median of the speeds of the buckets it overlaps (every CPU's).
 
 The intersection and the speeds are pure (tests/unit/test_host_pauses.py); the probe and
 `HostPauseProbes` are the shell.
@@ -246,7 +246,7 @@ def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
                 if timer_late >= RECORD_MIN_S:
                     due_unix = time.time() - (woke - due)
                     records.write(f"{due_unix:.6f} {timer_late:.6f} {delay:.6f}\n")
-            # CPU time, not wall time: waiting for the CPU meanwhile does not count.
+            # Timed warm, in CPU time: a wait for the CPU meanwhile does not count.
             fixed_work(SPEED_WARM_UP)
             started_ns = time.thread_time_ns()
             fixed_work()
@@ -301,8 +301,8 @@ class HostPauseProbes:
                 if pause.end_unix_s > start_unix_s and pause.start_unix_s < end_unix_s]
 
     def speed_buckets(self) -> list[SpeedBucket]:
-        """Every speed bucket the probes have written so far. The fastest bucket's median of
-        a run is its full speed: the CPUs ran at full speed in most minutes seen so far."""
+        """Every speed bucket the probes have written so far. The shortest median of a run is
+        its full speed: every run seen so far had stretches at full speed."""
         return [bucket for cpu, line in self._lines()
                 if (bucket := parse_speed_line(line, cpu))]
 

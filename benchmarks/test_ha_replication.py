@@ -36,13 +36,14 @@ stalled, with the worst stall less the time the loop's thread waited for a CPU (
 schedstat: another process's or thread's turn), the major page faults, and the CPU time the
 host took from this VM meanwhile (/proc/stat steal). In the runs that printed it, nearly every
 round with a stall of 15-40 ms was one in which the host took 10-50 ms of CPU time (both loops
-stalled together), and the others none: the worst stall of the rounds without steal is
-printed too. The host also pauses the whole VM at times without counting it as steal: probes
-on every CPU measure those pauses (benchmarks/host_pauses.py), and the worst stall less the
-pauses inside it is printed for both the replication and the plain stream. The probes also
-measure how fast the host ran each CPU (at times one runs at half speed for seconds): each
-round prints it, and the worst stall of the rounds the host left alone (no steal, no pause, no
-CPU below SLOW_SPEED of full speed) is printed too. A slave builds its
+stalled together), and the others none. The host also pauses the whole VM at times without
+counting it as steal: probes on every CPU measure those pauses (benchmarks/host_pauses.py), and
+the worst stall less the pauses inside it is printed for both the replication and the plain
+stream. The probes also measure how fast the host ran each CPU (at times one runs at half
+speed for seconds), printed per round. The worst stall the host had no part in is printed
+too: in the rounds in which it took no CPU time and the guest handed it no memory back (the
+rounds of the largest stalls), the worst with no pause inside it and no CPU below SLOW_SPEED
+of full speed through it. A slave builds its
 consume queues after a backlog (ha/client.py DISPATCH_CATCH_UP_BYTES): how long after the last
 byte they reach it is printed as well.
 """
