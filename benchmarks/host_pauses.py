@@ -196,6 +196,23 @@ def paused_within(start_unix_s: float, end_unix_s: float, pauses: Iterable[Pause
                for pause in pauses)
 
 
+def stopped_within(lates: Iterable[Late], cpu: int, start_unix_s: float,
+                   end_unix_s: float) -> float:
+    """Seconds of [start, end] in which `cpu`'s probe had its timer overdue (net of its own
+    wait for the CPU): that CPU was not running, the whole VM paused or that vCPU alone. A
+    thread on it then neither ran nor waited as the guest counts."""
+    stretches = sorted((late.due_unix_s, late.due_unix_s + late.timer_late_s)
+                       for late in lates if late.cpu == cpu and late.timer_late_s > 0)
+    stopped = 0.0
+    reached = start_unix_s  # stretches may overlap: count each instant once
+    for late_from, late_to in stretches:
+        begin, end = max(late_from, reached), min(late_to, end_unix_s)
+        if end > begin:
+            stopped += end - begin
+            reached = end
+    return stopped
+
+
 def summary(pauses: Sequence[Pause]) -> str:
     if not pauses:
         return "the VM was not paused"
@@ -266,12 +283,13 @@ class HostPauseProbes:
     """A probe per CPU for the block; `pauses(start, end)` reads what they saw so far."""
 
     def __init__(self, directory: Path) -> None:
-        self.cpus = len(os.sched_getaffinity(0))
-        self._files = [directory / f"host-pauses-cpu{cpu}.txt" for cpu in range(self.cpus)]
+        self._cpu_ids = sorted(os.sched_getaffinity(0))
+        self.cpus = len(self._cpu_ids)
+        self._files = [directory / f"host-pauses-cpu{cpu}.txt" for cpu in self._cpu_ids]
         self._processes: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> HostPauseProbes:
-        for cpu, path in zip(sorted(os.sched_getaffinity(0)), self._files, strict=True):
+        for cpu, path in zip(self._cpu_ids, self._files, strict=True):
             path.unlink(missing_ok=True)
             self._processes.append(subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.host_pauses", "probe", "--cpu", str(cpu),
@@ -290,14 +308,17 @@ class HostPauseProbes:
         return [process.pid for process in self._processes]
 
     def _lines(self) -> Iterator[tuple[int, str]]:
-        for cpu, path in enumerate(self._files):
+        for cpu, path in zip(self._cpu_ids, self._files, strict=True):
             if path.exists():
                 for line in path.read_text().splitlines():
                     yield cpu, line
 
+    def lates(self) -> list[Late]:
+        """Every late wake-up the probes have written so far."""
+        return [late for cpu, line in self._lines() if (late := parse_line(line, cpu))]
+
     def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
-        lates = [late for cpu, line in self._lines() if (late := parse_line(line, cpu))]
-        return [pause for pause in vm_pauses(lates, self.cpus)
+        return [pause for pause in vm_pauses(self.lates(), self.cpus)
                 if pause.end_unix_s > start_unix_s and pause.start_unix_s < end_unix_s]
 
     def speed_buckets(self) -> list[SpeedBucket]:

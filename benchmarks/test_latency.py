@@ -17,10 +17,11 @@ sent); the broker not measured (and its name server) is paused meanwhile. Printe
 p50, p99, p99.9 and max of both latencies for each broker and their ratios pyrmq/Java (below 1:
 pyrmq is faster), the CPU each broker used, what the whole machine used (and its busiest
 processes), and pyrmq's event-loop stalls over 10 ms during its window, with their causes, from
-its loop monitor's log (broker/loop_monitor.py). The host at times stops the whole VM without
-counting it as steal: probes on every CPU measure that through both windows
+its loop monitor's log (broker/loop_monitor.py). The host at times stops the whole VM, or one
+vCPU, without counting it as steal: probes on every CPU measure that through both windows
 (benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of
-it the VM was paused (the stall's length less that is what the machine, not the host, took).
+it the VM was paused and how long the CPU its line names (the loop thread's at the stall's end)
+was stopped (the stall's length less the larger is what the machine, not the host, took).
 The same probes time a fixed piece of work: each window and each stall also says how fast the
 host ran the VM's CPUs meanwhile (at times one runs at half speed for seconds).
 No time is asserted; a run must only measure something (a broker that did not keep up is
@@ -49,10 +50,12 @@ from benchmarks.conftest import record
 from benchmarks.host_pauses import (
     SLOW_SPEED,
     HostPauseProbes,
+    Late,
     Pause,
     Speed,
     paused_within,
     speed_text,
+    stopped_within,
     summary,
 )
 from benchmarks.peers import (
@@ -124,6 +127,7 @@ PYRMQ_BROKER_CONF: Final[dict[str, str | int | bool]] = {
 _STALL: Final = re.compile(
     r"event loop stall lag_ms=([\d.]+) cause=(\w+) (.*?) end_unix_s=([\d.]+) samples=\d+ "
     r"running=(.*)$")
+_CPU: Final = re.compile(r"\bcpu=(\d+)\b")  # in the stall's figures: the loop thread's CPU
 
 
 def topic_of(rate: int) -> str:
@@ -327,8 +331,9 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """One stall the pyrmq broker logged, how much of it the host had the VM paused, and how
-    fast the host ran the VM's CPUs meanwhile."""
+    """One stall the pyrmq broker logged, how much of it the host had the VM paused or the
+    loop's CPU stopped (the CPU the stall line names), and how fast the host ran the VM's CPUs
+    meanwhile."""
 
     lag_ms: float
     cause: str
@@ -337,25 +342,34 @@ class Stall:
     end_unix_s: float
     host_paused_ms: float = 0.0
     speed: Speed | None = None
+    cpu: int | None = None
+    cpu_stopped_ms: float = 0.0
 
     @property
     def less_host_ms(self) -> float:
-        return self.lag_ms - self.host_paused_ms
+        # A pause of the VM stops the loop's CPU too: the larger of the two is the host's.
+        return self.lag_ms - max(self.host_paused_ms, self.cpu_stopped_ms)
 
 
 def stalls_in(log: str, pauses: Sequence[Pause] = (),
               speed: Callable[[float, float], Speed | None] = lambda start, end: None,
-              ) -> list[Stall]:
-    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each and
-    the CPUs' `speed` over it (`HostPauseProbes.speed`)."""
+              lates: Sequence[Late] = ()) -> list[Stall]:
+    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each, the
+    CPUs' `speed` over it (`HostPauseProbes.speeds`) and how long the probes' `lates` had the
+    loop's CPU stopped in it."""
     found = []
     for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
             lag_ms, end = float(match.group(1)), float(match.group(4))
             start = end - lag_ms / 1000
-            found.append(Stall(lag_ms, match.group(2), match.group(3), match.group(5), end,
-                               1000 * paused_within(start, end, pauses), speed(start, end)))
+            figures = match.group(3)
+            named = _CPU.search(figures)
+            cpu = None if named is None else int(named.group(1))
+            stopped_ms = 0.0 if cpu is None else 1000 * stopped_within(lates, cpu, start, end)
+            found.append(Stall(lag_ms, match.group(2), figures, match.group(5), end,
+                               1000 * paused_within(start, end, pauses), speed(start, end),
+                               cpu, stopped_ms))
     return found
 
 
@@ -369,7 +383,8 @@ def describe_stalls(stalls: Sequence[Stall]) -> str:
                  if stall.speed is not None and stall.speed.slowest < SLOW_SPEED)
     return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
             + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
-            + f"), {len(over)} of them over {STALL_THRESHOLD_MS} ms less the VM's pauses, "
+            + f"), {len(over)} of them over {STALL_THRESHOLD_MS} ms less the host's stops of "
+            "the VM or of the loop's CPU, "
             f"{slowed} of those while the host ran a CPU below {SLOW_SPEED} of full speed; "
             f"the longest {worst.lag_ms:.0f} ms, {worst.cause}, running {worst.running[:160]}")
 
@@ -383,7 +398,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                  broker_log=brokers.pyrmq_broker.log)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
     our_pauses = brokers.host_pauses.pauses(*ours.window_unix_s)
-    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speeds())
+    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speeds(),
+                       brokers.host_pauses.lates())
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
@@ -398,8 +414,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     for stall in stalls[:STALLS_SHOWN]:
         # What the broker's loop monitor saw in each (README, "Event-loop lag monitor").
         record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} (the VM paused "
-               f"{stall.host_paused_ms:.1f} ms of it; {speed_text(stall.speed)}): "
-               f"{stall.figures}")
+               f"{stall.host_paused_ms:.1f} ms of it, its CPU stopped "
+               f"{stall.cpu_stopped_ms:.1f} ms; {speed_text(stall.speed)}): {stall.figures}")
     their_pauses = brokers.host_pauses.pauses(*theirs.window_unix_s)
     our_speed = speed_text(brokers.host_pauses.speed(*ours.window_unix_s))
     their_speed = speed_text(brokers.host_pauses.speed(*theirs.window_unix_s))

@@ -25,8 +25,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   that interval before the window): a thread whose CPU the host took is neither on a CPU nor
   waiting for one as the guest counts, so a `blocked` stall with no kernel wait and steal in
   its window was the host's. The host can also stop every CPU at once without counting steal;
-  the stall's end in wall-clock time (`end_unix_s`) lines it up with what measured that from
-  outside the broker (benchmarks/host_pauses.py).
+  the stall's end in wall-clock time (`end_unix_s`) and the CPU the loop thread was on at its
+  end (`cpu`, from its /proc stat, read only for a stall) line it up with what measured that
+  from outside the broker (benchmarks/host_pauses.py: the host stops one vCPU at times, too).
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -101,6 +102,8 @@ class StallWindow:
     requests: tuple[int, int] | None = None
     # CPU time the host took from the VM in the window (all CPUs); None where not counted.
     steal_s: float | None = None
+    # The CPU the loop thread was last on, at the window's end; None where not known.
+    cpu: int | None = None
 
 
 def classify_stall(window: StallWindow, gc_s: float) -> StallCause:
@@ -172,11 +175,11 @@ class _ProcFile:
         with contextlib.suppress(OSError):
             self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
-    def _read(self) -> bytes | None:
+    def _read(self, size: int = 128) -> bytes | None:
         if self._fd is None:
             return None
         try:
-            return os.pread(self._fd, 128, 0)
+            return os.pread(self._fd, size, 0)
         except OSError:
             return None
 
@@ -202,6 +205,33 @@ class SchedStat(_ProcFile):
             return int(fields[0]), int(fields[1])
         except (ValueError, IndexError):
             return None
+
+
+def parse_processor(stat: bytes) -> int | None:
+    """The `processor` field (the 39th) of a /proc task stat line: the CPU the task last ran
+    on; None if absent. The fields count on after the command name's closing parenthesis (the
+    name itself may hold spaces and parentheses)."""
+    _, paren, rest = stat.rpartition(b")")
+    fields = rest.split()
+    # After the name come field 3 (state) onwards: the 39th is the 37th of those.
+    if not paren or len(fields) < 37:
+        return None
+    try:
+        return int(fields[36])
+    except ValueError:
+        return None
+
+
+class TaskCpu(_ProcFile):
+    """The CPU the calling thread last ran on (its /proc stat), or None. Open it in the thread
+    to be watched."""
+
+    def __init__(self) -> None:
+        super().__init__("/proc/thread-self/stat")
+
+    def read(self) -> int | None:
+        data = self._read(1024)
+        return None if data is None else parse_processor(data)
 
 
 def parse_steal_ticks(stat: bytes) -> int | None:
@@ -271,6 +301,7 @@ class LoopMonitor:
         self._schedstat: SchedStat | None = None
         self._kernel_wait: KernelWait | None = None
         self._host_steal: HostSteal | None = None
+        self._task_cpu: TaskCpu | None = None
         self._last_steal: float | None = None
         self._steal_read_s = 0.0
         self._due_s = 0.0
@@ -305,6 +336,7 @@ class LoopMonitor:
         self._loop_thread_id = threading.get_ident()
         self._base = loop_base_frames(sys._getframe())
         self._schedstat = SchedStat()
+        self._task_cpu = TaskCpu()
         self._kernel_wait = KernelWait(threading.get_native_id())
         self._last_sched = self._schedstat.read()
         self._last_faults = thread_page_faults()
@@ -342,6 +374,9 @@ class LoopMonitor:
         if self._host_steal is not None:
             self._host_steal.close()
             self._host_steal = None
+        if self._task_cpu is not None:
+            self._task_cpu.close()
+            self._task_cpu = None
 
     # ------------------------------------------------------------------ on the loop
 
@@ -378,8 +413,9 @@ class LoopMonitor:
             stolen = None
             if steal is not None and self._last_steal is not None:
                 stolen = steal - self._last_steal
+            cpu = None if self._task_cpu is None else self._task_cpu.read()
             self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted,
-                                             requests, stolen))
+                                             requests, stolen, cpu))
         mark_s, mark_received = self._rate_mark
         if now - mark_s >= 1.0:
             self.request_rate = (received - mark_received) / (now - mark_s)
@@ -449,13 +485,14 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s "
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s cpu=%s "
             "end_unix_s=%.3f samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             self._format_requests(window), _ms(window.steal_s),
+            "-" if window.cpu is None else window.cpu,
             time.time() - (time.monotonic() - window.end_s), seen,
             " <- ".join(stack) if stack else "-",
         )

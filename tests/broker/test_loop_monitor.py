@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import mmap
+import os
 import re
 import sys
 import time
@@ -24,6 +25,7 @@ from broker.loop_monitor import (
     classify_stall,
     format_stack,
     loop_base_frames,
+    parse_processor,
     parse_steal_ticks,
 )
 from tests.broker.support import broker_config, running_broker, wait_until
@@ -66,6 +68,24 @@ def test_classify_stall(window: StallWindow, gc_s: float, expected: StallCause) 
 )
 def test_parse_steal_ticks(stat: bytes, expected: int | None) -> None:
     assert parse_steal_ticks(stat) == expected
+
+
+_STAT_TAIL = b" ".join(str(field).encode() for field in range(4, 53))  # fields 4..52
+
+
+@pytest.mark.parametrize(
+    ("stat", "expected"),
+    [
+        pytest.param(b"4242 (python) S " + _STAT_TAIL, 39, id="plain"),
+        # A thread may name itself anything: the fields count from the last parenthesis.
+        pytest.param(b"4242 (a) (b) c) S " + _STAT_TAIL, 39, id="parentheses-in-the-name"),
+        pytest.param(b"4242 (python) S 4 5 6", None, id="cut-short"),
+        pytest.param(b"4242 python S " + _STAT_TAIL, None, id="no-name"),
+        pytest.param(b"", None, id="empty"),
+    ],
+)
+def test_parse_processor(stat: bytes, expected: int | None) -> None:
+    assert parse_processor(stat) == expected
 
 
 def test_format_stack_names_the_innermost_frames_first() -> None:
@@ -178,11 +198,17 @@ def test_a_stall_is_reported_with_the_callback_that_caused_it(
     ours = [record.getMessage() for record in caplog.records
             if f"running={block.__name__}" in record.getMessage()]
     assert ours
-    # The stall's end in wall-clock time, for lining it up with records from outside.
+    # The stall's end in wall-clock time and the loop thread's CPU, for lining it up with
+    # records from outside.
+    cpus = os.sched_getaffinity(0)
     for message in ours:
         stall_end = re.search(r" end_unix_s=([\d.]+) ", message)
         assert stall_end is not None, message
         assert began_unix_s + STALL_S * 0.8 <= float(stall_end[1]) <= ended_unix_s, message
+        if sys.platform == "linux":
+            cpu = re.search(r" cpu=(\d+) ", message)
+            assert cpu is not None, message
+            assert int(cpu[1]) in cpus, message
     if block is sleep_on_the_loop and sys.platform == "linux":
         # Asleep in the kernel (in a timer wait), and the log says where.
         assert all("kernel_wait=-" not in message for message in ours), ours

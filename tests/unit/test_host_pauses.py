@@ -24,6 +24,7 @@ from benchmarks.host_pauses import (
     parse_speed_line,
     paused_within,
     speed_within,
+    stopped_within,
     summary,
     vm_pauses,
 )
@@ -68,6 +69,16 @@ def test_paused_within_counts_only_the_overlap() -> None:
     assert paused_within(11.0, 12.0, pauses) == 0.0
     assert summary([]) == "the VM was not paused"
     assert summary(pauses) == "the VM was paused 2 times, 18 ms in all, the longest 10.0 ms"
+
+
+def test_a_cpu_is_stopped_where_its_probe_was_late_counting_each_instant_once() -> None:
+    # cpu0 late over 10-19 and 15-25 (overlapping), cpu1 over 30-40.
+    lates = [_late(0, 10, 9), _late(0, 15, 10), _late(1, 30, 10)]
+    assert abs(stopped_within(lates, 0, 1_000.0, 1_001.0) - 15 * MS) < 1e-9
+    assert abs(stopped_within(lates, 0, 1_000.012, 1_000.020) - 8 * MS) < 1e-9
+    assert abs(stopped_within(lates, 1, 1_000.0, 1_000.035) - 5 * MS) < 1e-9
+    assert stopped_within(lates, 2, 1_000.0, 1_001.0) == 0.0
+    assert stopped_within(lates, 0, 1_000.026, 1_000.029) == 0.0
 
 
 def test_a_probe_line_round_trips_and_a_cut_line_is_skipped() -> None:
@@ -156,7 +167,7 @@ def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
     # Each probe also wrote its CPU's speed, a bucket at a time, and none across the stop's
     # middle: a stopped probe samples nothing.
     buckets = probes.speed_buckets()
-    assert {bucket.cpu for bucket in buckets} == set(range(probes.cpus))
+    assert {bucket.cpu for bucket in buckets} == os.sched_getaffinity(0)
     assert all(bucket.median_ns > 0 and bucket.end_unix_s - bucket.start_unix_s
                >= SPEED_BUCKET_S for bucket in buckets)
     middle = began + stop_s / 2

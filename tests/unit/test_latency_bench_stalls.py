@@ -1,17 +1,17 @@
 """The latency benchmark's reading of the broker's stall lines (benchmarks/test_latency.py): each
-stall with the host's pauses of the VM inside it and the CPUs' speed over it, and the count of
-those still over the threshold without the pauses."""
+stall with the host's pauses of the VM inside it, the time the host stopped the loop's CPU in
+it, the CPUs' speed over it, and the count of those still over the threshold without them."""
 
 from __future__ import annotations
 
-from benchmarks.host_pauses import Pause, Speed
+from benchmarks.host_pauses import Late, Pause, Speed
 from benchmarks.test_latency import STALL_THRESHOLD_MS, describe_stalls, stalls_in
 
 
-def _line(lag_ms: float, cause: str, end_unix_s: float) -> str:
+def _line(lag_ms: float, cause: str, end_unix_s: float, cpu: str = "1") -> str:
     return (f"2026-11-29 04:02:37,244 WARNING broker.loop_monitor event loop stall "
             f"lag_ms={lag_ms} cause={cause} on_cpu_ms=18.1 runqueue_wait_ms=0.4 page_faults=0/0 "
-            f"kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 host_steal_ms=0.0 "
+            f"kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 host_steal_ms=0.0 cpu={cpu} "
             f"end_unix_s={end_unix_s} samples=0 running=-")
 
 
@@ -42,10 +42,29 @@ def test_a_stall_is_read_with_the_pauses_inside_it() -> None:
     assert "end_unix_s" not in stalls[0].figures
     assert describe_stalls(stalls).startswith(
         f"2 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: busy 1, not_scheduled 1), "
-        f"1 of them over {STALL_THRESHOLD_MS} ms less the VM's pauses, 0 of those while the "
-        "host ran a CPU below 0.75 of full speed; the longest 16 ms, busy")
+        f"1 of them over {STALL_THRESHOLD_MS} ms less the host's stops of the VM or of the "
+        "loop's CPU, 0 of those while the host ran a CPU below 0.75 of full speed; the longest "
+        "16 ms, busy")
     # Without the pauses both are over the threshold, and the first was on a slowed CPU.
     unpaused = stalls_in(log, [], speed)
-    assert "2 of them over 10 ms less the VM's pauses, 1 of those while" in \
-        describe_stalls(unpaused)
+    assert "2 of them over 10 ms less the host's stops of the VM or of the loop's CPU, 1 of " \
+        "those while" in describe_stalls(unpaused)
     assert describe_stalls([]) == f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
+
+
+def test_a_stall_less_the_time_the_host_stopped_the_loops_cpu() -> None:
+    # A 14 ms stall on cpu1 (1000.006-1000.020) in which cpu1's probe was overdue 9 ms and
+    # cpu0's 12 ms: only cpu1's counts, and no pause of the whole VM came.
+    lates = [Late(1, 1000.008, 0.009, 0.0), Late(0, 1000.006, 0.012, 0.0)]
+    log = "\n".join([_line(14.0, "blocked", 1000.020, cpu="1"),
+                     _line(14.0, "blocked", 1000.020, cpu="-")])
+    named, unnamed = stalls_in(log, lates=lates)
+    assert named.cpu == 1
+    assert abs(named.cpu_stopped_ms - 9.0) < 1e-6
+    assert abs(named.less_host_ms - 5.0) < 1e-6
+    # A line without the loop's CPU (an older broker): only whole-VM pauses count.
+    assert unnamed.cpu is None
+    assert unnamed.cpu_stopped_ms == 0.0
+    assert unnamed.less_host_ms == 14.0
+    assert describe_stalls([named]).startswith(
+        f"1 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: blocked 1), 0 of them over")
