@@ -51,7 +51,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -285,7 +285,7 @@ def probe(cpu: int, out: Path, period_s: float = PERIOD_S) -> None:
 
 
 class HostPauseProbes:
-    """A probe per CPU for the block; `pauses(start, end)` reads what they saw so far."""
+    """A probe per CPU for the block; `records()` reads what they saw so far."""
 
     def __init__(self, directory: Path) -> None:
         self._cpu_ids = sorted(os.sched_getaffinity(0))
@@ -312,35 +312,41 @@ class HostPauseProbes:
     def pids(self) -> list[int]:
         return [process.pid for process in self._processes]
 
-    def _lines(self) -> Iterator[tuple[int, str]]:
+    def records(self) -> HostRecords:
+        """What the probes have written so far, read once."""
+        lates: list[Late] = []
+        buckets: list[SpeedBucket] = []
         for cpu, path in zip(self._cpu_ids, self._files, strict=True):
             if path.exists():
                 for line in path.read_text().splitlines():
-                    yield cpu, line
+                    if late := parse_line(line, cpu):
+                        lates.append(late)
+                    elif bucket := parse_speed_line(line, cpu):
+                        buckets.append(bucket)
+        return HostRecords(self.cpus, lates, buckets)
 
-    def lates(self) -> list[Late]:
-        """Every late wake-up the probes have written so far."""
-        return [late for cpu, line in self._lines() if (late := parse_line(line, cpu))]
+
+@dataclass(frozen=True, slots=True)
+class HostRecords:
+    """The probes' records at one moment: the VM's pauses, one CPU's stops and the CPUs'
+    speed over any stretch of them."""
+
+    cpus: int
+    lates: list[Late]
+    buckets: list[SpeedBucket]
 
     def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
-        return [pause for pause in vm_pauses(self.lates(), self.cpus)
+        return [pause for pause in vm_pauses(self.lates, self.cpus)
                 if pause.end_unix_s > start_unix_s and pause.start_unix_s < end_unix_s]
 
-    def speed_buckets(self) -> list[SpeedBucket]:
-        """Every speed bucket the probes have written so far. The shortest median of a run is
-        its full speed: every run seen so far had stretches at full speed."""
-        return [bucket for cpu, line in self._lines()
-                if (bucket := parse_speed_line(line, cpu))]
+    def stopped(self, cpu: int, start_unix_s: float, end_unix_s: float) -> float:
+        return stopped_within(self.lates, cpu, start_unix_s, end_unix_s)
 
     def speed(self, start_unix_s: float, end_unix_s: float) -> Speed | None:
-        return self.speeds()(start_unix_s, end_unix_s)
-
-    def speeds(self) -> Callable[[float, float], Speed | None]:
-        """`speed` over what the probes have written so far, read once: for many stretches."""
-        buckets = self.speed_buckets()
-        full_ns = min((bucket.median_ns for bucket in buckets), default=0)
-        return lambda start, end: speed_within(buckets, start, end, full_ns)
-
+        """The shortest median of a run is its full speed: every run seen so far had
+        stretches at full speed."""
+        full_ns = min((bucket.median_ns for bucket in self.buckets), default=0)
+        return speed_within(self.buckets, start_unix_s, end_unix_s, full_ns)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_pauses")

@@ -132,7 +132,7 @@ def worst_less_pauses_s(late: Iterable[tuple[float, float]], pauses: Iterable[Pa
 def worst_host_free_s(late: Iterable[tuple[float, float]], pauses: Iterable[Pause],
                       speed: Callable[[float, float], Speed | None]) -> float:
     """The worst of `late` (`Ticker.late`) with no pause of the VM inside it and no CPU below
-    SLOW_SPEED of full speed through it (`HostPauseProbes.speed`; unmeasured counts as full
+    SLOW_SPEED of full speed through it (`HostRecords.speed`; unmeasured counts as full
     speed); 0.0 if none of those was kept (all under `Ticker.LATE_KEPT_S`)."""
     kept = list(pauses)
 

@@ -259,17 +259,17 @@ async def _measured(child: asyncio.subprocess.Process, probes: HostPauseProbes,
     await ticker.stop()
     reported_after = reported_free_kib()
     ended_unix_s = time.time()
-    pauses = probes.pauses(started_unix_s, ended_unix_s)
+    host = probes.records()
+    pauses = host.pauses(started_unix_s, ended_unix_s)
     late = [*ticker.late, *parse_late(child_late)]
-    speeds = probes.speeds()
     less_pauses = worst_less_pauses_s(late, pauses)
     return Run(seconds, cpu_seconds, ticker.worst_s, child_stall,
                max(ticker.worst_own_s, child_own_stall),
                ticker.major_faults + int(child_faults), ticker.steal_s * 1000, pauses,
                less_pauses, None if reported_before is None or reported_after is None
                else (reported_after - reported_before) / 1024,
-               speed=speeds(started_unix_s, ended_unix_s),
-               stall_host_free_s=worst_host_free_s(late, pauses, speeds)), result
+               speed=host.speed(started_unix_s, ended_unix_s),
+               stall_host_free_s=worst_host_free_s(late, pauses, host.speed)), result
 
 
 async def _replicate(child: asyncio.subprocess.Process, probes: HostPauseProbes, root: Path,

@@ -50,12 +50,11 @@ from benchmarks.conftest import record
 from benchmarks.host_pauses import (
     SLOW_SPEED,
     HostPauseProbes,
-    Late,
+    HostRecords,
     Pause,
     Speed,
     paused_within,
     speed_text,
-    stopped_within,
     summary,
 )
 from benchmarks.peers import (
@@ -352,11 +351,10 @@ class Stall:
 
 
 def stalls_in(log: str, pauses: Sequence[Pause] = (),
-              speed: Callable[[float, float], Speed | None] = lambda start, end: None,
-              lates: Sequence[Late] = ()) -> list[Stall]:
-    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each, the
-    CPUs' `speed` over it (`HostPauseProbes.speeds`) and how long the probes' `lates` had the
-    loop's CPU stopped in it."""
+              host: HostRecords | None = None) -> list[Stall]:
+    """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each and,
+    from the probes' `host` records, the CPUs' speed over it and how long the loop's CPU was
+    stopped in it."""
     found = []
     for line in log.splitlines():
         match = _STALL.search(line)
@@ -366,10 +364,12 @@ def stalls_in(log: str, pauses: Sequence[Pause] = (),
             figures = match.group(3)
             named = _CPU.search(figures)
             cpu = None if named is None else int(named.group(1))
-            stopped_ms = 0.0 if cpu is None else 1000 * stopped_within(lates, cpu, start, end)
+            stopped_ms = 0.0 if cpu is None or host is None else \
+                1000 * host.stopped(cpu, start, end)
             found.append(Stall(lag_ms, match.group(2), figures, match.group(5), end,
-                               1000 * paused_within(start, end, pauses), speed(start, end),
-                               cpu, stopped_ms))
+                               1000 * paused_within(start, end, pauses),
+                               None if host is None else host.speed(start, end), cpu,
+                               stopped_ms))
     return found
 
 
@@ -397,9 +397,9 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
                                  brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}",
                                  broker_log=brokers.pyrmq_broker.log)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
-    our_pauses = brokers.host_pauses.pauses(*ours.window_unix_s)
-    stalls = stalls_in(ours.window_log, our_pauses, brokers.host_pauses.speeds(),
-                       brokers.host_pauses.lates())
+    host = brokers.host_pauses.records()
+    our_pauses = host.pauses(*ours.window_unix_s)
+    stalls = stalls_in(ours.window_log, our_pauses, host)
     with paused((brokers.pyrmq_namesrv.pid, brokers.pyrmq_broker.pid)):
         theirs = run_latency_bench(brokers.java_env, brokers.java_namesrv.addr,
                                    brokers.java_broker.process.pid, topic, rate, f"java-{rate}")
@@ -416,9 +416,10 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
         record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} (the VM paused "
                f"{stall.host_paused_ms:.1f} ms of it, its CPU stopped "
                f"{stall.cpu_stopped_ms:.1f} ms; {speed_text(stall.speed)}): {stall.figures}")
-    their_pauses = brokers.host_pauses.pauses(*theirs.window_unix_s)
-    our_speed = speed_text(brokers.host_pauses.speed(*ours.window_unix_s))
-    their_speed = speed_text(brokers.host_pauses.speed(*theirs.window_unix_s))
+    host = brokers.host_pauses.records()
+    their_pauses = host.pauses(*theirs.window_unix_s)
+    our_speed = speed_text(host.speed(*ours.window_unix_s))
+    their_speed = speed_text(host.speed(*theirs.window_unix_s))
     record(f"    the host (probes on every CPU): in pyrmq's window {summary(our_pauses)}, "
            f"{our_speed}; in {peer}'s {summary(their_pauses)}, {their_speed}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")

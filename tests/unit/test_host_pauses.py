@@ -157,7 +157,8 @@ def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         pauses: list[Pause] = []
         while time.monotonic() < deadline and not pauses:
-            pauses = [p for p in probes.pauses(began - 1, began + 1) if p.seconds > stop_s / 2]
+            pauses = [p for p in probes.records().pauses(began - 1, began + 1)
+                      if p.seconds > stop_s / 2]
             time.sleep(0.05)
     # A stopped probe is not runnable: its timer is overdue without any run delay, as in a
     # pause of the VM. The pause starts within a probe period of the stop.
@@ -166,13 +167,14 @@ def test_probes_paused_together_report_one_pause(tmp_path: Path) -> None:
     assert began - 0.05 <= pauses[0].start_unix_s <= began + 0.05
     # Each probe also wrote its CPU's speed, a bucket at a time, and none across the stop's
     # middle: a stopped probe samples nothing.
-    buckets = probes.speed_buckets()
+    host = probes.records()
+    buckets = host.buckets
     assert {bucket.cpu for bucket in buckets} == os.sched_getaffinity(0)
     assert all(bucket.median_ns > 0 and bucket.end_unix_s - bucket.start_unix_s
                >= SPEED_BUCKET_S for bucket in buckets)
     middle = began + stop_s / 2
     assert not [b for b in buckets if b.start_unix_s > began and b.end_unix_s < middle]
-    speed = probes.speed(began - 0.5, began)
+    speed = host.speed(began - 0.5, began)
     assert speed is not None
     assert 0 < speed.slowest <= speed.median <= 1.0
 
