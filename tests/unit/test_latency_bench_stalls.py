@@ -8,9 +8,11 @@ from benchmarks.host_pauses import HostRecords, Late, Pause, Speed, SpeedBucket
 from benchmarks.test_latency import STALL_THRESHOLD_MS, describe_stalls, stalls_in
 
 
-def _line(lag_ms: float, cause: str, end_unix_s: float, cpu: str = "1") -> str:
+def _line(lag_ms: float, cause: str, end_unix_s: float, cpu: str = "1",
+          runqueue_wait_ms: str = "0.4") -> str:
     return (f"2026-11-29 04:02:37,244 WARNING broker.loop_monitor event loop stall "
-            f"lag_ms={lag_ms} cause={cause} on_cpu_ms=18.1 runqueue_wait_ms=0.4 page_faults=0/0 "
+            f"lag_ms={lag_ms} cause={cause} on_cpu_ms=18.1 runqueue_wait_ms={runqueue_wait_ms} "
+            f"page_faults=0/0 "
             f"kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 host_steal_ms=0.0 cpu={cpu} "
             f"end_unix_s={end_unix_s} samples=0 running=-")
 
@@ -42,12 +44,14 @@ def test_a_stall_is_read_with_the_pauses_inside_it() -> None:
     assert "end_unix_s" not in stalls[0].figures
     assert describe_stalls(stalls).startswith(
         f"2 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: busy 1, not_scheduled 1), "
-        f"1 of them over {STALL_THRESHOLD_MS} ms less the host's stops of the VM or of the "
-        "loop's CPU, 0 of those while the host ran a CPU below 0.75 of full speed; the longest "
-        "16 ms, busy")
+        "1 of them as the goal counts them (less the loop's waits for a CPU or the host's "
+        f"stops, the larger), 1 over {STALL_THRESHOLD_MS} ms less the host's stops of the VM "
+        "or of the loop's CPU alone, 0 of those while the host ran a CPU below 0.75 of full "
+        "speed; the longest 16 ms, busy")
     # Without the pauses both are over the threshold, and the first was on a slowed CPU.
     unpaused = stalls_in(log, [], host)
-    assert "2 of them over 10 ms less the host's stops of the VM or of the loop's CPU, 1 of " \
+    assert "2 of them as the goal counts them" in describe_stalls(unpaused)
+    assert "2 over 10 ms less the host's stops of the VM or of the loop's CPU alone, 1 of " \
         "those while" in describe_stalls(unpaused)
     assert describe_stalls([]) == f"no event-loop stall over {STALL_THRESHOLD_MS} ms"
 
@@ -67,4 +71,22 @@ def test_a_stall_less_the_time_the_host_stopped_the_loops_cpu() -> None:
     assert unnamed.cpu_stopped_ms == 0.0
     assert unnamed.less_host_ms == 14.0
     assert describe_stalls([named]).startswith(
-        f"1 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: blocked 1), 0 of them over")
+        f"1 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: blocked 1), 0 of them as "
+        "the goal counts them")
+
+
+def test_the_goal_counts_a_stall_less_the_loops_waits_for_a_cpu() -> None:
+    # 18 ms stalls: one waited 9 ms for a CPU (9 left: not counted), one 3 ms while the VM was
+    # paused 6 ms of it (only the larger comes off: 12 left, counted), one from a broker whose
+    # line has no wait figure ("-": nothing comes off).
+    log = "\n".join([_line(18.0, "not_scheduled", 1000.020, runqueue_wait_ms="9.0"),
+                     _line(18.0, "busy", 1001.020, runqueue_wait_ms="3.0"),
+                     _line(18.0, "busy", 1002.020, runqueue_wait_ms="-")])
+    waited, paused, unknown = stalls_in(log, [Pause(1001.010, 1001.016)])
+    assert (waited.runqueue_wait_ms, paused.runqueue_wait_ms, unknown.runqueue_wait_ms) == \
+        (9.0, 3.0, 0.0)
+    assert abs(waited.judged_ms - 9.0) < 1e-6
+    assert abs(paused.judged_ms - 12.0) < 1e-6
+    assert unknown.judged_ms == 18.0
+    assert "(causes: busy 2, not_scheduled 1), 2 of them as the goal counts them" in \
+        describe_stalls([waited, paused, unknown])
