@@ -202,6 +202,13 @@ def stall_triggers(line: str, *, min_lag_ms: float, cause: str) -> bool:
             and float(m[3]) == 0.0)
 
 
+def buffer_kb_to_restore(text: str) -> str:
+    """What to write back to tracefs's buffer_size_kb, given what it read: before the ring's
+    first resize it reads "7 (expanded: 1408)", which the file does not take back."""
+    expanded = re.search(r"\(expanded: (\d+)\)", text)
+    return expanded[1] if expanded is not None else text.strip()
+
+
 def histogram(waits: Iterable[Wait]) -> dict[str, int]:
     bounds = ((0.0001, "<0.1"), (0.001, "<1"), (0.002, "<2"), (0.005, "<5"), (0.010, "<10"))
     counts = dict.fromkeys([label for _, label in bounds] + [">=10"], 0)
@@ -228,6 +235,7 @@ def record(out: Path, log_glob: str, *, min_lag_ms: float, cause: str, buffer_kb
     saved = {name: (TRACEFS / name).read_text().strip()
              for name in ("tracing_on", "buffer_size_kb", "trace_clock")}
     saved["trace_clock"] = re.sub(r".*\[(\w+)\].*", r"\1", saved["trace_clock"])
+    saved["buffer_size_kb"] = buffer_kb_to_restore(saved["buffer_size_kb"])
     _write("tracing_on", "0")
     _write("trace", "")
     _write("buffer_size_kb", str(buffer_kb))

@@ -12,6 +12,7 @@ from benchmarks.sched_trace import (
     Switch,
     Wakeup,
     analyse,
+    buffer_kb_to_restore,
     explain,
     histogram,
     parse,
@@ -142,3 +143,9 @@ def test_analyse_reports_the_long_waits(tmp_path: Path) -> None:
     assert "17.00 ms on cpu1 (woken from cpu1, moved from cpu0; ran on cpu1)" in report[1]
     assert "held by C2 CompilerThre 17.00" in report[1]
     assert report[1].endswith("other CPUs idle 17.00 ms")
+
+
+def test_the_ring_size_read_back_is_one_tracefs_takes() -> None:
+    # Freshly mounted, before any resize, the file names the size it will expand to.
+    assert buffer_kb_to_restore("7 (expanded: 1408)\n") == "1408"
+    assert buffer_kb_to_restore("49155\n") == "49155"
