@@ -6,7 +6,8 @@ after the broker logs the stall, shows which threads held the loop's CPU meanwhi
 began (preempted, or woken onto a busy CPU) and how long the other CPUs sat idle. The README's
 "Latency under a steady load" (sixteenth and seventeenth sessions) rests on such traces.
 
-    # root, tracefs; start it once the load runs (a broker's start-up logs stalls of its own),
+    # root, tracefs (mounted: `mount -t tracefs nodev /sys/kernel/tracing` where it is not);
+    # start it once the load runs (a broker's start-up logs stalls of its own),
     # e.g. when benchmarks/test_latency.py's generator prints WINDOW_OPEN
     python -m benchmarks.sched_trace record OUT \
         --log '/tmp/pytest-of-*/pytest-*/latency-bench0/pyrmq/broker-a/pyrmq.log'
