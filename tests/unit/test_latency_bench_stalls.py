@@ -12,9 +12,8 @@ def _line(lag_ms: float, cause: str, end_unix_s: float, cpu: str = "1",
           runqueue_wait_ms: str = "0.4") -> str:
     return (f"2026-11-29 04:02:37,244 WARNING broker.loop_monitor event loop stall "
             f"lag_ms={lag_ms} cause={cause} on_cpu_ms=18.1 runqueue_wait_ms={runqueue_wait_ms} "
-            f"page_faults=0/0 "
-            f"kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 host_steal_ms=0.0 cpu={cpu} "
-            f"end_unix_s={end_unix_s} samples=0 running=-")
+            "page_faults=0/0 kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 "
+            f"host_steal_ms=0.0 cpu={cpu} end_unix_s={end_unix_s} samples=0 running=-")
 
 
 def test_a_stall_is_read_with_the_pauses_inside_it() -> None:
