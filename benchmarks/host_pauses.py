@@ -52,7 +52,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -334,6 +334,13 @@ class HostRecords:
     cpus: int
     lates: list[Late]
     buckets: list[SpeedBucket]
+    # The work's time at full speed: the shortest median of the run (every run seen so far
+    # had stretches at full speed). Derived once: `speed` is asked for every stall and tick.
+    full_ns: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "full_ns",
+                           min((bucket.median_ns for bucket in self.buckets), default=0))
 
     def pauses(self, start_unix_s: float, end_unix_s: float) -> list[Pause]:
         return [pause for pause in vm_pauses(self.lates, self.cpus)
@@ -343,10 +350,8 @@ class HostRecords:
         return stopped_within(self.lates, cpu, start_unix_s, end_unix_s)
 
     def speed(self, start_unix_s: float, end_unix_s: float) -> Speed | None:
-        """The shortest median of a run is its full speed: every run seen so far had
-        stretches at full speed."""
-        full_ns = min((bucket.median_ns for bucket in self.buckets), default=0)
-        return speed_within(self.buckets, start_unix_s, end_unix_s, full_ns)
+        return speed_within(self.buckets, start_unix_s, end_unix_s, self.full_ns)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_pauses")
