@@ -28,6 +28,11 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   the stall's end in wall-clock time (`end_unix_s`) and the CPU the loop thread was on at its
   end (`cpu`, from its /proc stat, read only for a stall) line it up with what measured that
   from outside the broker (benchmarks/host_pauses.py: the host stops one vCPU at times, too).
+  And the other threads of the process that ran in the window (`other_threads`: each one's
+  on-CPU and run-queue milliseconds, from every thread's /proc schedstat, read by the
+  watchdog at each wake, so the span they cover (`other_threads_span_ms`) starts at the
+  wake before the window): a loop `blocked` in `futex_do_wait` while one of them ran waited
+  for that thread's GIL or lock.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -65,6 +70,9 @@ SAMPLES_PER_STALL_MAX: Final = 64
 GC_RECORDED_MIN_S: Final = 0.001  # shorter collections are never a stall's cause
 GC_RECORDS_MAX: Final = 256
 STEAL_READ_INTERVAL_S: Final = 0.02  # /proc/stat counts steal in 10 ms ticks anyway
+OTHER_THREADS_SHOWN: Final = 4  # the busiest other threads a stall line names
+OTHER_THREAD_SHOWN_MIN_NS: Final = 100_000  # less CPU than that in a stall's span: not named
+THREAD_SNAPSHOTS_KEPT: Final = 16  # the watchdog wakes every 5-15 ms: the last 80 ms or more
 # The loop's own machinery: not what the loop was running.
 _MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
                            "broker/loop_monitor.py")
@@ -190,11 +198,11 @@ class _ProcFile:
 
 
 class SchedStat(_ProcFile):
-    """The calling thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None. Open it
-    in the thread to be watched (the loop's)."""
+    """A thread's /proc schedstat: (on-CPU ns, run-queue wait ns), or None. By default the
+    calling thread's: open it in the thread to be watched (the loop's)."""
 
-    def __init__(self) -> None:
-        super().__init__("/proc/thread-self/schedstat")
+    def __init__(self, path: str = "/proc/thread-self/schedstat") -> None:
+        super().__init__(path)
 
     def read(self) -> tuple[int, int] | None:
         data = self._read()
@@ -272,6 +280,69 @@ class KernelWait(_ProcFile):
         return where if where and where != "0" else None
 
 
+# One thread's figures in a snapshot: (on-CPU ns, run-queue wait ns).
+ThreadTimes = tuple[int, int]
+
+
+class ThreadsCpu:
+    """Every thread of this process and its /proc schedstat so far, by thread id. Each
+    thread's file is opened once and read again at each snapshot; the thread list is read
+    each time (threads of the default executor come and go). Some 20 us for nine threads."""
+
+    def __init__(self) -> None:
+        self._files: dict[int, SchedStat] = {}
+
+    def read(self) -> dict[int, ThreadTimes]:
+        try:
+            tids = [int(name) for name in os.listdir("/proc/self/task")]
+        except (OSError, ValueError):
+            return {}
+        for gone in self._files.keys() - set(tids):
+            self._files.pop(gone).close()
+        out: dict[int, ThreadTimes] = {}
+        for tid in tids:
+            stat = self._files.get(tid)
+            if stat is None:
+                stat = self._files[tid] = SchedStat(f"/proc/self/task/{tid}/schedstat")
+            times = stat.read()
+            if times is not None:
+                out[tid] = times
+        return out
+
+    def close(self) -> None:
+        for stat in self._files.values():
+            stat.close()
+        self._files.clear()
+
+
+def thread_name(tid: int) -> str:
+    """The kernel's name of this process's thread `tid` (read when a stall names it: a thread
+    names itself after it starts); its id once it has ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm", "rb") as comm:
+            return comm.read().decode("utf-8", "replace").strip() or str(tid)
+    except OSError:
+        return str(tid)
+
+
+def busiest_threads(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes], *,
+                    exclude: int, limit: int = OTHER_THREADS_SHOWN,
+                    min_ns: int = OTHER_THREAD_SHOWN_MIN_NS) -> list[tuple[int, int, int]]:
+    """The threads that ran most between two snapshots, as (thread id, on-CPU ns, run-queue
+    wait ns), busiest first; at most `limit`, none with under `min_ns` on a CPU, never the
+    thread `exclude` (the loop's own, whose figures the stall has already). A thread that
+    started in between counts from zero; one that ended is not known."""
+    ran = []
+    for tid, (on_cpu, waited) in after.items():
+        if tid == exclude:
+            continue
+        on_cpu_before, waited_before = before.get(tid, (0, 0))
+        if on_cpu - on_cpu_before >= min_ns:
+            ran.append((tid, on_cpu - on_cpu_before, max(0, waited - waited_before)))
+    ran.sort(key=lambda entry: (-entry[1], entry[0]))
+    return ran[:limit]
+
+
 class LoopMonitor:
     """Samples one event loop's lag and reports its stalls. `start()` on the loop, `close()`."""
 
@@ -296,6 +367,7 @@ class LoopMonitor:
         self._count_requests = count_requests
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
+        self._loop_native_id = 0
         self._base: frozenset[CodeType] = frozenset()
         self._handle: asyncio.TimerHandle | None = None
         self._schedstat: SchedStat | None = None
@@ -319,6 +391,10 @@ class LoopMonitor:
         # (when, the loop thread's stack, where it slept in the kernel)
         self._samples: deque[tuple[float, tuple[str, ...], str | None]] = deque(
             maxlen=SAMPLES_PER_STALL_MAX)
+        # Every thread's CPU figures at the watchdog's wakes: (when, snapshot). Its own.
+        self._threads_cpu: ThreadsCpu | None = None
+        self._thread_snapshots: deque[tuple[float, dict[int, ThreadTimes]]] = deque(
+            maxlen=THREAD_SNAPSHOTS_KEPT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stalls = 0
@@ -337,7 +413,10 @@ class LoopMonitor:
         self._base = loop_base_frames(sys._getframe())
         self._schedstat = SchedStat()
         self._task_cpu = TaskCpu()
-        self._kernel_wait = KernelWait(threading.get_native_id())
+        self._loop_native_id = threading.get_native_id()
+        self._kernel_wait = KernelWait(self._loop_native_id)
+        self._threads_cpu = ThreadsCpu()
+        self._snapshot_threads()
         self._last_sched = self._schedstat.read()
         self._last_faults = thread_page_faults()
         self._host_steal = HostSteal()
@@ -377,6 +456,9 @@ class LoopMonitor:
         if self._task_cpu is not None:
             self._task_cpu.close()
             self._task_cpu = None
+        if self._threads_cpu is not None:
+            self._threads_cpu.close()
+            self._threads_cpu = None
 
     # ------------------------------------------------------------------ on the loop
 
@@ -449,6 +531,7 @@ class LoopMonitor:
             overdue_in = self._due_s + self._threshold_s - time.monotonic()
             if self._stop.wait(overdue_in if overdue_in > 0 else period):
                 break
+            self._snapshot_threads()
             if time.monotonic() - self._due_s > self._threshold_s:
                 assert self._kernel_wait is not None
                 where = self._kernel_wait.read()
@@ -457,6 +540,28 @@ class LoopMonitor:
                                       where))
                 del frame
             self._report_pending()
+
+    def _snapshot_threads(self) -> None:
+        if self._threads_cpu is not None:
+            self._thread_snapshots.append((time.monotonic(), self._threads_cpu.read()))
+
+    def _other_threads(self, window: StallWindow) -> tuple[list[tuple[int, int, int]], float]:
+        """The other threads that ran over the window, and the span their figures cover: from
+        the last snapshot at or before its start (else the oldest kept) to the first at or
+        after its end (taken now if there is none yet)."""
+        snapshots = list(self._thread_snapshots)
+        if not snapshots or snapshots[-1][0] < window.end_s:
+            self._snapshot_threads()
+            snapshots = list(self._thread_snapshots)
+        after = next((snapshot for snapshot in snapshots if snapshot[0] >= window.end_s), None)
+        if after is None:
+            return [], 0.0
+        before = snapshots[0]
+        for snapshot in snapshots:
+            if snapshot[0] <= window.start_s:
+                before = snapshot
+        ran = busiest_threads(before[1], after[1], exclude=self._loop_native_id)
+        return ran, after[0] - before[0]
 
     def _report_pending(self) -> None:
         while self._windows:
@@ -478,6 +583,7 @@ class LoopMonitor:
         waits = Counter(where for _, where in samples if where is not None)
         kernel_wait = waits.most_common(1)[0][0] if waits else "-"
         cause = classify_stall(window, gc_s)
+        others, span_s = self._other_threads(window)
         self.stalls += 1
         self.max_lag_s = max(self.max_lag_s, window.lag_s)
         self.reported.append((window, cause, gc_s, stack))
@@ -485,13 +591,17 @@ class LoopMonitor:
             self._count_stall(cause)
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
-            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s cpu=%s "
-            "end_unix_s=%.3f samples=%d running=%s",
+            "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s "
+            "other_threads=%s other_threads_span_ms=%.1f cpu=%s end_unix_s=%.3f samples=%d "
+            "running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             self._format_requests(window), _ms(window.steal_s),
+            ",".join(f"{thread_name(tid)}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
+                     for tid, on_cpu, waited in others) or "-",
+            span_s * 1000,
             "-" if window.cpu is None else window.cpu,
             time.time() - (time.monotonic() - window.end_s), seen,
             " <- ".join(stack) if stack else "-",

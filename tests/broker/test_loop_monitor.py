@@ -9,6 +9,7 @@ import mmap
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,18 +17,23 @@ from pathlib import Path
 
 import pytest
 import uvloop
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker.loop_monitor import (
     IDLE,
     LoopMonitor,
     StallCause,
     StallWindow,
+    ThreadTimes,
+    busiest_threads,
     classify_stall,
     format_stack,
     loop_base_frames,
     parse_processor,
     parse_steal_ticks,
 )
+from broker.os_threads import name_os_thread
 from tests.broker.support import broker_config, running_broker, wait_until
 from tests.broker.test_namesrv_and_metrics import sample, scrape
 
@@ -86,6 +92,40 @@ _STAT_TAIL = b" ".join(str(field).encode() for field in range(4, 53))  # fields 
 )
 def test_parse_processor(stat: bytes, expected: int | None) -> None:
     assert parse_processor(stat) == expected
+
+
+def test_busiest_threads_between_two_snapshots() -> None:
+    before: dict[int, ThreadTimes] = {1: (5_000_000, 0), 2: (1_000_000, 100), 3: (0, 0),
+                                      4: (7_000_000, 0)}
+    after: dict[int, ThreadTimes] = {1: (50_000_000, 0), 2: (13_000_000, 2_100), 3: (50_000, 0),
+                                     5: (2_000_000, 300)}
+    # The loop's own (1) left out; 3 ran too little; 4 ended; 5 started in between.
+    assert busiest_threads(before, after, exclude=1) == [(2, 12_000_000, 2_000),
+                                                         (5, 2_000_000, 300)]
+    assert busiest_threads(before, after, exclude=1, limit=1) == [(2, 12_000_000, 2_000)]
+    assert busiest_threads(before, after, exclude=9, min_ns=0) == [
+        (1, 45_000_000, 0), (2, 12_000_000, 2_000), (5, 2_000_000, 300), (3, 50_000, 0)]
+
+
+_times = st.tuples(st.integers(0, 10**12), st.integers(0, 10**12))
+
+
+@given(st.dictionaries(st.integers(1, 50), _times), st.dictionaries(st.integers(1, 50), _times),
+       st.integers(1, 50), st.integers(1, 6), st.integers(0, 10**9))
+def test_busiest_threads_rules(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes],
+                               exclude: int, limit: int, min_ns: int) -> None:
+    ran = busiest_threads(before, after, exclude=exclude, limit=limit, min_ns=min_ns)
+    assert len(ran) <= limit
+    assert all(tid != exclude and tid in after for tid, _, _ in ran)
+    assert all(on_cpu >= min_ns and waited >= 0 for _, on_cpu, waited in ran)
+    assert [on_cpu for _, on_cpu, _ in ran] == sorted((on_cpu for _, on_cpu, _ in ran),
+                                                      reverse=True)
+    # None left out that ran more than the last one named.
+    named = {tid for tid, _, _ in ran}
+    least = ran[-1][1] if len(ran) == limit else min_ns
+    for tid, (on_cpu, _) in after.items():
+        if tid != exclude and tid not in named:
+            assert on_cpu - before.get(tid, (0, 0))[0] <= max(least, min_ns - 1)
 
 
 def test_format_stack_names_the_innermost_frames_first() -> None:
@@ -265,6 +305,54 @@ def test_a_stall_counts_the_requests_received_in_it(caplog: pytest.LogCaptureFix
     # No request before the pile: its share of the second before is none.
     assert any("requests=500/0 handling=7 host_steal_ms=" in record.getMessage()
                and "receive_a_pile" in record.getMessage() for record in caplog.records)
+
+
+def test_a_stall_names_the_other_thread_that_ran_in_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The loop waits on a lock that a thread of the process holds while it computes: the
+    stall line names that thread and its CPU time (how a wait for the GIL shows its holder)."""
+    held = threading.Lock()
+    holding = threading.Event()
+    done = threading.Event()
+
+    def compute_holding_the_lock() -> None:
+        name_os_thread(threading.current_thread())
+        with held:
+            holding.set()
+            spin_the_loop()
+        done.wait()  # alive until the stall is reported: an ended thread is not known
+
+    worker = threading.Thread(target=compute_holding_the_lock, name="lock-holder")
+
+    def wait_for_the_lock() -> None:
+        worker.start()
+        holding.wait()
+        with held:
+            pass
+
+    async def scenario() -> Reported:
+        async with monitored() as (monitor, _):
+            return await stall_once(monitor, wait_for_the_lock,
+                                    lambda report: "wait_for_the_lock" in " ".join(report[3]))
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    try:
+        window, cause, _, _ = asyncio.run(scenario())
+    finally:
+        done.set()
+        if worker.ident is not None:
+            worker.join()
+    line = next(record.getMessage() for record in caplog.records
+                if "wait_for_the_lock" in record.getMessage())
+    holder = re.search(r" other_threads=\S*lock-holder:([\d.]+)/([\d.]+)", line)
+    assert holder is not None, line
+    span = re.search(r" other_threads_span_ms=([\d.]+) ", line)
+    assert span is not None, line
+    assert float(span[1]) >= window.lag_s * 1000, line
+    if cause is StallCause.BLOCKED:
+        # Off the CPU because the holder ran: it had most of the stall on a CPU (a busy
+        # 2-core machine may have made it wait for one instead: that stall reads otherwise).
+        assert float(holder[1]) >= STALL_S * 1000 / 2, line
 
 
 def test_a_garbage_collection_stall_is_named_as_such() -> None:
