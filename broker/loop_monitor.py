@@ -30,9 +30,10 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   from outside the broker (benchmarks/host_pauses.py: the host stops one vCPU at times, too).
   And the other threads of the process that ran in the window (`other_threads`: each one's
   on-CPU and run-queue milliseconds, from every thread's /proc schedstat, read by the
-  watchdog at each wake, so the span they cover (`other_threads_span_ms`) starts at the
-  wake before the window): a loop `blocked` in `futex_do_wait` while one of them ran waited
-  for that thread's GIL or lock.
+  watchdog at each wake outside a stall, so the span they cover (`other_threads_span_ms`)
+  starts at the wake before the window; and the innermost frame the watchdog saw each in
+  most often, from the same `sys._current_frames()` as the loop's stack): a loop `blocked`
+  in `futex_do_wait` while one of them ran waited for that thread's GIL or lock.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -72,7 +73,7 @@ GC_RECORDS_MAX: Final = 256
 STEAL_READ_INTERVAL_S: Final = 0.02  # /proc/stat counts steal in 10 ms ticks anyway
 OTHER_THREADS_SHOWN: Final = 4  # the busiest other threads a stall line names
 OTHER_THREAD_SHOWN_MIN_NS: Final = 100_000  # less CPU than that in a stall's span: not named
-THREAD_SNAPSHOTS_KEPT: Final = 16  # the watchdog wakes every 5-15 ms: the last 80 ms or more
+THREAD_SNAPSHOTS_KEPT: Final = 16  # one a wake, every 10-25 ms (a stall's none): 160 ms or more
 # The loop's own machinery: not what the loop was running.
 _MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
                            "broker/loop_monitor.py")
@@ -388,9 +389,10 @@ class LoopMonitor:
         self._windows: deque[StallWindow] = deque(maxlen=1024)
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
         self._gc_started_s = 0.0
-        # (when, the loop thread's stack, where it slept in the kernel)
-        self._samples: deque[tuple[float, tuple[str, ...], str | None]] = deque(
-            maxlen=SAMPLES_PER_STALL_MAX)
+        # (when, the loop thread's stack, where it slept in the kernel, the innermost frame of
+        # each other thread running Python, by thread id)
+        self._samples: deque[tuple[float, tuple[str, ...], str | None, dict[int, str]]] = \
+            deque(maxlen=SAMPLES_PER_STALL_MAX)
         # Every thread's CPU figures at the watchdog's wakes: (when, snapshot). Its own.
         self._threads_cpu: ThreadsCpu | None = None
         self._thread_snapshots: deque[tuple[float, dict[int, ThreadTimes]]] = deque(
@@ -531,14 +533,17 @@ class LoopMonitor:
             overdue_in = self._due_s + self._threshold_s - time.monotonic()
             if self._stop.wait(overdue_in if overdue_in > 0 else period):
                 break
-            self._snapshot_threads()
-            if time.monotonic() - self._due_s > self._threshold_s:
+            if time.monotonic() - self._due_s <= self._threshold_s:
+                # Not while a stall lasts: the ring keeps the snapshot from before it.
+                self._snapshot_threads()
+            else:
                 assert self._kernel_wait is not None
                 where = self._kernel_wait.read()
-                frame = sys._current_frames().get(self._loop_thread_id)
-                self._samples.append((time.monotonic(), format_stack(frame, base=self._base),
-                                      where))
-                del frame
+                frames = sys._current_frames()
+                self._samples.append((time.monotonic(), format_stack(
+                    frames.get(self._loop_thread_id), base=self._base), where,
+                    _innermost_frames(frames, self._loop_thread_id)))
+                del frames
             self._report_pending()
 
     def _snapshot_threads(self) -> None:
@@ -576,8 +581,9 @@ class LoopMonitor:
             if overlap > 0:
                 gc_s += overlap
                 generations.add(generation)
-        samples = [(stack, where) for at, stack, where in list(self._samples)
-                   if window.start_s <= at <= window.end_s]
+        in_window = [sample for sample in list(self._samples)
+                     if window.start_s <= sample[0] <= window.end_s]
+        samples = [(stack, where) for _, stack, where, _ in in_window]
         stacks = Counter(stack for stack, _ in samples if stack)
         stack, seen = stacks.most_common(1)[0] if stacks else ((), 0)
         waits = Counter(where for _, where in samples if where is not None)
@@ -600,7 +606,7 @@ class LoopMonitor:
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             self._format_requests(window), _ms(window.steal_s),
             ",".join(f"{thread_name(tid)}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
-                     for tid, on_cpu, waited in others) or "-",
+                     f"{_seen_in(tid, in_window)}" for tid, on_cpu, waited in others) or "-",
             span_s * 1000,
             "-" if window.cpu is None else window.cpu,
             time.time() - (time.monotonic() - window.end_s), seen,
@@ -615,6 +621,26 @@ class LoopMonitor:
         received, handling = window.requests
         share = self.request_rate * (window.end_s - window.start_s)
         return f"{received}/{share:.0f} handling={handling}"
+
+
+def _innermost_frames(frames: dict[int, FrameType], loop_thread_id: int) -> dict[int, str]:
+    """The innermost frame outside the loop's machinery of every thread running Python but
+    the loop's and the calling one (the watchdog), by kernel thread id."""
+    out = {}
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or 0)
+        if (frame is not None and thread.native_id is not None
+                and thread.ident not in (loop_thread_id, threading.get_ident())):
+            out[thread.native_id] = format_stack(frame, depth=1)[0].replace(" (", "(")
+    return out
+
+
+def _seen_in(tid: int, samples: list[tuple[float, tuple[str, ...], str | None,
+                                            dict[int, str]]]) -> str:
+    """`:frame`, the innermost frame the watchdog saw thread `tid` in most often over a
+    stall's samples; empty when it saw none."""
+    seen = Counter(sample[3][tid] for sample in samples if tid in sample[3])
+    return f":{seen.most_common(1)[0][0]}" if seen else ""
 
 
 def _ms(seconds: float | None) -> str:

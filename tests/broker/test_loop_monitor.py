@@ -344,8 +344,9 @@ def test_a_stall_names_the_other_thread_that_ran_in_it(
             worker.join()
     line = next(record.getMessage() for record in caplog.records
                 if "wait_for_the_lock" in record.getMessage())
-    holder = re.search(r" other_threads=\S*lock-holder:([\d.]+)/([\d.]+)", line)
+    holder = re.search(r" other_threads=\S*lock-holder:([\d.]+)/([\d.]+):(\S+)", line)
     assert holder is not None, line
+    assert holder[3].startswith("spin_the_loop("), line  # where the watchdog saw it
     span = re.search(r" other_threads_span_ms=([\d.]+) ", line)
     assert span is not None, line
     assert float(span[1]) >= window.lag_s * 1000, line
