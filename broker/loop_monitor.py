@@ -73,7 +73,10 @@ GC_RECORDS_MAX: Final = 256
 STEAL_READ_INTERVAL_S: Final = 0.02  # /proc/stat counts steal in 10 ms ticks anyway
 OTHER_THREADS_SHOWN: Final = 4  # the busiest other threads a stall line names
 OTHER_THREAD_SHOWN_MIN_NS: Final = 100_000  # less CPU than that in a stall's span: not named
-THREAD_SNAPSHOTS_KEPT: Final = 16  # one a wake, every 10-25 ms (a stall's none): 160 ms or more
+# Every thread's CPU figures at most this often (at a wake of the watchdog outside a stall):
+# at each wake (80-100 a second) they doubled the watchdog's CPU time, to 11 ms a second.
+THREAD_SNAPSHOT_INTERVAL_S: Final = 0.02
+THREAD_SNAPSHOTS_KEPT: Final = 16  # the last 320 ms or more
 # The loop's own machinery: not what the loop was running.
 _MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
                            "broker/loop_monitor.py")
@@ -286,19 +289,18 @@ ThreadTimes = tuple[int, int]
 
 
 class ThreadsCpu:
-    """Every thread of this process and its /proc schedstat so far, by thread id. Each
-    thread's file is opened once and read again at each snapshot; the thread list is read
-    each time (threads of the default executor come and go). Some 20 us for nine threads."""
+    """Every Python thread of this process (those that can hold the GIL: not libuv's) and its
+    /proc schedstat so far, by thread id. Each thread's file is opened once and read again at
+    each snapshot; the thread list is taken each time (threads of the default executor come
+    and go). Some 20 us for nine threads in a loop, 50-70 us at a wake of the watchdog."""
 
     def __init__(self) -> None:
         self._files: dict[int, SchedStat] = {}
 
     def read(self) -> dict[int, ThreadTimes]:
-        try:
-            tids = [int(name) for name in os.listdir("/proc/self/task")]
-        except (OSError, ValueError):
-            return {}
-        for gone in self._files.keys() - set(tids):
+        tids = {thread.native_id for thread in threading.enumerate()
+                if thread.native_id is not None}
+        for gone in self._files.keys() - tids:
             self._files.pop(gone).close()
         out: dict[int, ThreadTimes] = {}
         for tid in tids:
@@ -533,9 +535,12 @@ class LoopMonitor:
             overdue_in = self._due_s + self._threshold_s - time.monotonic()
             if self._stop.wait(overdue_in if overdue_in > 0 else period):
                 break
-            if time.monotonic() - self._due_s <= self._threshold_s:
+            now = time.monotonic()
+            if now - self._due_s <= self._threshold_s:
                 # Not while a stall lasts: the ring keeps the snapshot from before it.
-                self._snapshot_threads()
+                if not self._thread_snapshots or \
+                        now - self._thread_snapshots[-1][0] >= THREAD_SNAPSHOT_INTERVAL_S:
+                    self._snapshot_threads()
             else:
                 assert self._kernel_wait is not None
                 where = self._kernel_wait.read()
