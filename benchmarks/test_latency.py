@@ -364,9 +364,10 @@ class Stall:
     def judged_ms(self) -> float:
         """The stall as the goal counts it (README, "How the stall goals are judged"): less the
         larger of the loop's waits for a CPU and the host's stops. Only the larger, since a
-        stop while the thread waited in the run queue is counted in both."""
-        return self.lag_ms - max(self.runqueue_wait_ms, self.host_paused_ms,
-                                 self.cpu_stopped_ms)
+        stop while the thread waited in the run queue is counted in both. Never below zero
+        (the wait is counted over the tick's window, which starts before the tick was due)."""
+        return max(0.0, self.lag_ms - max(self.runqueue_wait_ms, self.host_paused_ms,
+                                          self.cpu_stopped_ms))
 
 
 def stalls_in(log: str, pauses: Sequence[Pause] = (),

@@ -80,12 +80,15 @@ def test_the_goal_counts_a_stall_less_the_loops_waits_for_a_cpu() -> None:
     # line has no wait figure ("-": nothing comes off).
     log = "\n".join([_line(18.0, "not_scheduled", 1000.020, runqueue_wait_ms="9.0"),
                      _line(18.0, "busy", 1001.020, runqueue_wait_ms="3.0"),
-                     _line(18.0, "busy", 1002.020, runqueue_wait_ms="-")])
-    waited, paused, unknown = stalls_in(log, [Pause(1001.010, 1001.016)])
+                     _line(18.0, "busy", 1002.020, runqueue_wait_ms="-"),
+                     _line(10.7, "not_scheduled", 1003.020, runqueue_wait_ms="13.6")])
+    waited, paused, unknown, longer_wait = stalls_in(log, [Pause(1001.010, 1001.016)])
     assert (waited.runqueue_wait_ms, paused.runqueue_wait_ms, unknown.runqueue_wait_ms) == \
         (9.0, 3.0, 0.0)
     assert abs(waited.judged_ms - 9.0) < 1e-6
     assert abs(paused.judged_ms - 12.0) < 1e-6
     assert unknown.judged_ms == 18.0
+    # The wait is counted from the tick before, so it can exceed the lag: nothing is left.
+    assert longer_wait.judged_ms == 0.0
     assert "(causes: busy 2, not_scheduled 1), 2 of them as the goal counts them" in \
         describe_stalls([waited, paused, unknown])
