@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import enum
 import gc
 import logging
@@ -178,18 +179,47 @@ def thread_page_faults() -> tuple[int, int] | None:
     return usage.ru_minflt, usage.ru_majflt
 
 
+def _pread_holding_the_gil() -> Callable[[int, ctypes.Array[ctypes.c_char], int], int] | None:
+    """libc's pread called with the GIL kept (`ctypes.PyDLL`), or None where there is none.
+    os.pread releases the GIL for the call and takes it back after: a thread that wanted it
+    meanwhile (a store worker back from its disk call) gets it, and the reader then waits until
+    that thread lets go, for as long as that thread waits for a CPU if it is preempted first.
+    A /proc read takes microseconds and never blocks, so the monitor's reads keep the GIL."""
+    try:
+        pread = ctypes.PyDLL(None, use_errno=True).pread
+    except (OSError, AttributeError):
+        return None
+    pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
+    pread.restype = ctypes.c_ssize_t
+
+    def read(fd: int, buf: ctypes.Array[ctypes.c_char], size: int) -> int:
+        return int(pread(fd, buf, size, 0))
+
+    return read
+
+
+_PREAD: Final = _pread_holding_the_gil()
+PROC_READ_MAX: Final = 1024
+
+
 class _ProcFile:
     """One /proc file kept open and read again from its start (pread) at each sample: a few
-    microseconds, no open/close per read. Unavailable (None on every read) where it is missing."""
+    microseconds, no open/close per read, and the GIL kept meanwhile (`_PREAD`). Unavailable
+    (None on every read) where it is missing."""
 
     def __init__(self, path: str) -> None:
         self._fd: int | None = None
+        self._buf = ctypes.create_string_buffer(PROC_READ_MAX)
         with contextlib.suppress(OSError):
             self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     def _read(self, size: int = 128) -> bytes | None:
         if self._fd is None:
             return None
+        size = min(size, PROC_READ_MAX)
+        if _PREAD is not None:
+            got = _PREAD(self._fd, self._buf, size)
+            return None if got < 0 else self._buf.raw[:got]
         try:
             return os.pread(self._fd, size, 0)
         except OSError:
