@@ -29,11 +29,12 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   end (`cpu`, from its /proc stat, read only for a stall) line it up with what measured that
   from outside the broker (benchmarks/host_pauses.py: the host stops one vCPU at times, too).
   And the other threads of the process that ran in the window (`other_threads`: each one's
-  on-CPU and run-queue milliseconds, from every thread's /proc schedstat, read by the
-  watchdog at each wake outside a stall, so the span they cover (`other_threads_span_ms`)
-  starts at the wake before the window; and the innermost frame the watchdog saw each in
-  most often, from the same `sys._current_frames()` as the loop's stack): a loop `blocked`
-  in `futex_do_wait` while one of them ran waited for that thread's GIL or lock.
+  on-CPU and run-queue milliseconds, from every Python thread's /proc schedstat, read by the
+  watchdog at a wake outside a stall, every `THREAD_SNAPSHOT_INTERVAL_S` or more, so the span
+  they cover (`other_threads_span_ms`) starts at the read before the window; and the
+  innermost frame the watchdog saw each in most often, from the same `sys._current_frames()`
+  as the loop's stack): a loop `blocked` in `futex_do_wait` while one of them ran waited for
+  that thread's GIL or lock.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -186,7 +187,7 @@ def _pread_holding_the_gil() -> Callable[[int, ctypes.Array[ctypes.c_char], int]
     that thread lets go, for as long as that thread waits for a CPU if it is preempted first.
     A /proc read takes microseconds and never blocks, so the monitor's reads keep the GIL."""
     try:
-        pread = ctypes.PyDLL(None, use_errno=True).pread
+        pread = ctypes.PyDLL(None).pread
     except (OSError, AttributeError):
         return None
     pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
@@ -219,7 +220,7 @@ class _ProcFile:
         size = min(size, PROC_READ_MAX)
         if _PREAD is not None:
             got = _PREAD(self._fd, self._buf, size)
-            return None if got < 0 else self._buf.raw[:got]
+            return None if got < 0 else ctypes.string_at(self._buf, got)
         try:
             return os.pread(self._fd, size, 0)
         except OSError:
