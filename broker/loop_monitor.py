@@ -9,9 +9,11 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   lock, the GIL held by another thread), and the thread's page faults (getrusage, ~1 us): a
   busy stall with hundreds of them went to the memory the loop touched (in a VM, a page first
   touched after the host reclaimed it costs a host fault), one without them to our code;
-- a watchdog thread that sleeps until the tick would be overdue by `stall_threshold_ms` and,
-  while it is, samples the loop thread's Python stack (`sys._current_frames()`) every sample
-  interval (at most half the threshold): the callback or coroutine the loop is stuck in, and
+- a watchdog thread that sleeps until the tick is overdue by `stall_threshold_ms` (on a timer
+  each tick re-arms, `OverdueTimer`, waited on without the GIL, so that a healthy loop never
+  hands the GIL to it) and, while it is, samples the loop thread's Python stack
+  (`sys._current_frames()`) every sample interval (at most half the threshold): the callback
+  or coroutine the loop is stuck in, and
   where the loop thread sleeps in the kernel, if it does (/proc wchan: `futex_do_wait` is a
   wait for the GIL or a lock, `rwsem_down_*` for the mmap lock, `do_epoll_wait` for events).
   It also logs: each stall is one WARNING with its length, the breakdown above, any garbage
@@ -30,8 +32,8 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   from outside the broker (benchmarks/host_pauses.py: the host stops one vCPU at times, too).
   And the other threads of the process that ran in the window (`other_threads`: each one's
   on-CPU and run-queue milliseconds, from every Python thread's /proc schedstat, read by the
-  watchdog at a wake outside a stall, every `THREAD_SNAPSHOT_INTERVAL_S` or more, so the span
-  they cover (`other_threads_span_ms`) starts at the read before the window; and the
+  tick every `THREAD_SNAPSHOT_INTERVAL_S` or more and by each late one, so the span they
+  cover (`other_threads_span_ms`) starts at the read before the window; and the
   innermost frame the watchdog saw each in most often, from the same `sys._current_frames()`
   as the loop's stack): a loop `blocked` in `futex_do_wait` while one of them ran waited for
   that thread's GIL or lock.
@@ -75,8 +77,8 @@ GC_RECORDS_MAX: Final = 256
 STEAL_READ_INTERVAL_S: Final = 0.02  # /proc/stat counts steal in 10 ms ticks anyway
 OTHER_THREADS_SHOWN: Final = 4  # the busiest other threads a stall line names
 OTHER_THREAD_SHOWN_MIN_NS: Final = 100_000  # less CPU than that in a stall's span: not named
-# Every thread's CPU figures at most this often (at a wake of the watchdog outside a stall):
-# at each wake (80-100 a second) they doubled the watchdog's CPU time, to 11 ms a second.
+# Every Python thread's CPU figures, read by the tick at most this often (some 20-70 us) and
+# by each late tick.
 THREAD_SNAPSHOT_INTERVAL_S: Final = 0.02
 THREAD_SNAPSHOTS_KEPT: Final = 16  # the last 320 ms or more
 # The loop's own machinery: not what the loop was running.
@@ -230,6 +232,67 @@ class _ProcFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+_CLOCK_MONOTONIC: Final = 1  # time.monotonic()'s clock on Linux
+_TFD_CLOEXEC: Final = os.O_CLOEXEC
+_TFD_TIMER_ABSTIME: Final = 1
+
+
+class OverdueTimer:
+    """A timerfd on the monotonic clock: the tick arms it for when the next tick would be a
+    stall (a syscall of about a microsecond, made with the GIL kept), and the watchdog waits
+    for it in a blocking read, without the GIL. So the watchdog takes the GIL only when the
+    loop is overdue: a watchdog that woke to check (40-100 times a second) asked for the GIL
+    each time, and when the loop held it CPython had the loop drop it and wait until the
+    watchdog had taken it, however long the watchdog then waited for a CPU. Linux only:
+    `create()` gives None elsewhere."""
+
+    def __init__(self, fd: int, settime: Callable[..., int]) -> None:
+        self.fd = fd
+        self._settime = settime
+        self._spec = _Itimerspec()
+
+    @classmethod
+    def create(cls) -> OverdueTimer | None:
+        try:
+            libc = ctypes.PyDLL(None)
+            create, settime = libc.timerfd_create, libc.timerfd_settime
+        except (OSError, AttributeError):
+            return None
+        create.argtypes = [ctypes.c_int, ctypes.c_int]
+        create.restype = ctypes.c_int
+        settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
+                            ctypes.c_void_p]
+        settime.restype = ctypes.c_int
+        fd = create(_CLOCK_MONOTONIC, _TFD_CLOEXEC)
+        return None if fd < 0 else cls(fd, settime)
+
+    def arm(self, at_s: float) -> None:
+        """Fire at monotonic time `at_s` (at once if past), replacing the previous arming."""
+        at_ns = max(1, int(at_s * 1e9))  # zero would disarm it
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(at_ns, 1_000_000_000)
+        self._settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)
+
+    def wait(self) -> bool:
+        """Block, without the GIL, until the timer fires (at once if it has since it was last
+        armed or waited for); False if the timer cannot be read."""
+        try:
+            os.read(self.fd, 8)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class SchedStat(_ProcFile):
@@ -432,6 +495,7 @@ class LoopMonitor:
             maxlen=THREAD_SNAPSHOTS_KEPT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._timer: OverdueTimer | None = None
         self.stalls = 0
         self.ticks = 0
         self.max_lag_s = 0.0
@@ -463,6 +527,9 @@ class LoopMonitor:
         self._last_tick_s = now
         self._due_s = now + self._interval_s
         self._handle = loop.call_later(self._interval_s, self._tick)
+        self._timer = OverdueTimer.create()
+        if self._timer is not None:
+            self._timer.arm(self._due_s + self._threshold_s)
         gc.callbacks.append(self._on_gc)
         self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
         self._thread.start()
@@ -475,9 +542,14 @@ class LoopMonitor:
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._on_gc)
         self._stop.set()
+        if self._timer is not None:
+            self._timer.arm(0.0)  # wakes the watchdog to see the stop
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
         self._report_pending()
         if self._schedstat is not None:
             self._schedstat.close()
@@ -516,6 +588,8 @@ class LoopMonitor:
             self._steal_read_s = now
         faults = thread_page_faults()
         received, handling = (0, 0) if self._count_requests is None else self._count_requests()
+        if stalled or now - self._thread_snapshots[-1][0] >= THREAD_SNAPSHOT_INTERVAL_S:
+            self._snapshot_threads()  # a stall's: the first at or after its end
         if stalled:
             before = self._last_sched
             on_cpu = wait = None
@@ -543,6 +617,10 @@ class LoopMonitor:
         self._last_sched = sched
         self._last_faults = faults
         self._due_s = now + self._interval_s
+        if self._timer is not None:
+            # After a stall, at once: the watchdog reports it (it may not have woken for one
+            # barely over the threshold: this tick can come before the timer fires).
+            self._timer.arm(now if stalled else self._due_s + self._threshold_s)
         self._handle = self._loop.call_later(self._interval_s, self._tick)
 
     # ------------------------------------------------------------------ any thread
@@ -559,28 +637,35 @@ class LoopMonitor:
 
     def _watch(self) -> None:
         period = min(self._interval_s, self._threshold_s / 2)
-        while True:
-            # Asleep until the tick would be overdue, then every `period` while it is: each
-            # wake takes the GIL from the loop thread (at 200 wakes/s on a busy 2-core host that
-            # hand-over cost the loop more than the samples are worth).
-            overdue_in = self._due_s + self._threshold_s - time.monotonic()
-            if self._stop.wait(overdue_in if overdue_in > 0 else period):
-                break
-            now = time.monotonic()
-            if now - self._due_s <= self._threshold_s:
-                # Not while a stall lasts: the ring keeps the snapshot from before it.
-                if not self._thread_snapshots or \
-                        now - self._thread_snapshots[-1][0] >= THREAD_SNAPSHOT_INTERVAL_S:
-                    self._snapshot_threads()
-            else:
-                assert self._kernel_wait is not None
-                where = self._kernel_wait.read()
-                frames = sys._current_frames()
-                self._samples.append((time.monotonic(), format_stack(
-                    frames.get(self._loop_thread_id), base=self._base), where,
-                    _innermost_frames(frames, self._loop_thread_id)))
-                del frames
+        timer = self._timer
+        while not self._stop.is_set():
+            # Asleep until the tick is overdue: without the GIL on the tick's timer, else
+            # waking when the tick would be overdue to check (and asking for the GIL each time).
+            if timer is not None and not timer.wait():
+                timer = None  # unreadable: check by the clock from now on
+            if timer is None:
+                overdue_in = self._due_s + self._threshold_s - time.monotonic()
+                if overdue_in > 0 and self._stop.wait(overdue_in):
+                    break
+            # Then a sample every `period` for as long as it stays overdue.
+            while not self._stop.is_set() and \
+                    time.monotonic() - self._due_s > self._threshold_s:
+                self._sample()
+                self._stop.wait(period)
             self._report_pending()
+            if timer is not None:
+                timer.arm(self._due_s + self._threshold_s)
+
+    def _sample(self) -> None:
+        """Where the loop thread is (its Python stack, its kernel wait) and every other
+        thread's innermost frame."""
+        assert self._kernel_wait is not None
+        where = self._kernel_wait.read()
+        frames = sys._current_frames()
+        self._samples.append((time.monotonic(), format_stack(
+            frames.get(self._loop_thread_id), base=self._base), where,
+            _innermost_frames(frames, self._loop_thread_id)))
+        del frames
 
     def _snapshot_threads(self) -> None:
         if self._threads_cpu is not None:
@@ -589,11 +674,8 @@ class LoopMonitor:
     def _other_threads(self, window: StallWindow) -> tuple[list[tuple[int, int, int]], float]:
         """The other threads that ran over the window, and the span their figures cover: from
         the last snapshot at or before its start (else the oldest kept) to the first at or
-        after its end (taken now if there is none yet)."""
+        after its end (the one its late tick took)."""
         snapshots = list(self._thread_snapshots)
-        if not snapshots or snapshots[-1][0] < window.end_s:
-            self._snapshot_threads()
-            snapshots = list(self._thread_snapshots)
         after = next((snapshot for snapshot in snapshots if snapshot[0] >= window.end_s), None)
         if after is None:
             return [], 0.0

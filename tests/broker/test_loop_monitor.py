@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from broker.loop_monitor import (
     IDLE,
     LoopMonitor,
+    OverdueTimer,
     StallCause,
     StallWindow,
     ThreadTimes,
@@ -380,6 +381,52 @@ def test_a_garbage_collection_stall_is_named_as_such() -> None:
         if gc_was_enabled:
             gc.enable()
     del heap
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="timerfd is Linux's")
+def test_the_overdue_timer_fires_at_its_latest_arming() -> None:
+    timer = OverdueTimer.create()
+    assert timer is not None
+    try:
+        began = time.monotonic()
+        timer.arm(began - 1.0)  # past: fires at once
+        timer.wait()
+        assert time.monotonic() - began < 0.5
+        began = time.monotonic()
+        timer.arm(began + 0.05)
+        timer.arm(began + 0.2)  # re-armed before it fired: only the later time counts
+        timer.wait()
+        assert time.monotonic() - began >= 0.19
+    finally:
+        timer.close()
+
+
+def _voluntary_switches(native_id: int) -> int:
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="timerfd and /proc are Linux's")
+def test_a_healthy_loop_leaves_the_watchdog_asleep() -> None:
+    """The watchdog wakes (and asks for the GIL) only when the loop is overdue: on a loop that
+    keeps up it sleeps through (it used to wake 40-100 times a second to check)."""
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            await wait_until(lambda: monitor.ticks >= 3, timeout_s=5, what="the monitor ticking")
+            watchdog = monitor._thread
+            assert watchdog is not None
+            assert watchdog.native_id is not None
+            before = _voluntary_switches(watchdog.native_id)
+            stalls_before = monitor.stalls
+            await asyncio.sleep(0.5)
+            woke = _voluntary_switches(watchdog.native_id) - before
+            # A stall on a busy machine wakes it, for a few samples each.
+            assert woke <= 2 + 20 * (monitor.stalls - stalls_before), woke
+
+    asyncio.run(scenario())
 
 
 def test_a_quiet_loop_reports_no_stall() -> None:
