@@ -182,32 +182,43 @@ def thread_page_faults() -> tuple[int, int] | None:
     return usage.ru_minflt, usage.ru_majflt
 
 
-def _pread_holding_the_gil() -> Callable[[int, ctypes.Array[ctypes.c_char], int], int] | None:
-    """libc's pread called with the GIL kept (`ctypes.PyDLL`), or None where there is none.
-    os.pread releases the GIL for the call and takes it back after: a thread that wanted it
-    meanwhile (a store worker back from its disk call) gets it, and the reader then waits until
-    that thread lets go, for as long as that thread waits for a CPU if it is preempted first.
-    A /proc read takes microseconds and never blocks, so the monitor's reads keep the GIL."""
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _libc_keeping_the_gil() -> ctypes.PyDLL | None:
+    """The C library through `ctypes.PyDLL`, whose calls keep the GIL, with the prototypes the
+    monitor calls (pread, timerfd); None where any is missing (not Linux).
+
+    Why keep the GIL: os.pread releases it for the call and takes it back after. A thread that
+    wanted it meanwhile (a store worker back from its disk call) gets it, and the reader then
+    waits until that thread lets go, for as long as that thread waits for a CPU if it is
+    preempted first. These calls take microseconds and never block."""
     try:
-        pread = ctypes.PyDLL(None).pread
+        libc = ctypes.PyDLL(None)
+        pread, create, settime = libc.pread, libc.timerfd_create, libc.timerfd_settime
     except (OSError, AttributeError):
         return None
     pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
     pread.restype = ctypes.c_ssize_t
+    create.argtypes = [ctypes.c_int, ctypes.c_int]
+    create.restype = ctypes.c_int
+    settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
+    settime.restype = ctypes.c_int
+    return libc
 
-    def read(fd: int, buf: ctypes.Array[ctypes.c_char], size: int) -> int:
-        return int(pread(fd, buf, size, 0))
 
-    return read
-
-
-_PREAD: Final = _pread_holding_the_gil()
+_LIBC: Final = _libc_keeping_the_gil()
 PROC_READ_MAX: Final = 1024
 
 
 class _ProcFile:
     """One /proc file kept open and read again from its start (pread) at each sample: a few
-    microseconds, no open/close per read, and the GIL kept meanwhile (`_PREAD`). Unavailable
+    microseconds, no open/close per read, and the GIL kept meanwhile (`_LIBC`). Unavailable
     (None on every read) where it is missing."""
 
     def __init__(self, path: str) -> None:
@@ -220,8 +231,8 @@ class _ProcFile:
         if self._fd is None:
             return None
         size = min(size, PROC_READ_MAX)
-        if _PREAD is not None:
-            got = _PREAD(self._fd, self._buf, size)
+        if _LIBC is not None:
+            got = _LIBC.pread(self._fd, self._buf, size, 0)
             return None if got < 0 else ctypes.string_at(self._buf, got)
         try:
             return os.pread(self._fd, size, 0)
@@ -232,14 +243,6 @@ class _ProcFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-class _Itimerspec(ctypes.Structure):
-    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
 _CLOCK_MONOTONIC: Final = 1  # time.monotonic()'s clock on Linux
@@ -256,25 +259,17 @@ class OverdueTimer:
     watchdog had taken it, however long the watchdog then waited for a CPU. Linux only:
     `create()` gives None elsewhere."""
 
-    def __init__(self, fd: int, settime: Callable[..., int]) -> None:
+    def __init__(self, fd: int, libc: ctypes.PyDLL) -> None:
         self.fd = fd
-        self._settime = settime
+        self._settime = libc.timerfd_settime
         self._spec = _Itimerspec()
 
     @classmethod
     def create(cls) -> OverdueTimer | None:
-        try:
-            libc = ctypes.PyDLL(None)
-            create, settime = libc.timerfd_create, libc.timerfd_settime
-        except (OSError, AttributeError):
+        if _LIBC is None:
             return None
-        create.argtypes = [ctypes.c_int, ctypes.c_int]
-        create.restype = ctypes.c_int
-        settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
-                            ctypes.c_void_p]
-        settime.restype = ctypes.c_int
-        fd = create(_CLOCK_MONOTONIC, _TFD_CLOEXEC)
-        return None if fd < 0 else cls(fd, settime)
+        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_CLOEXEC)
+        return None if fd < 0 else cls(fd, _LIBC)
 
     def arm(self, at_s: float) -> None:
         """Fire at monotonic time `at_s` (at once if past), replacing the previous arming."""
@@ -380,13 +375,16 @@ class KernelWait(_ProcFile):
 
 # One thread's figures in a snapshot: (on-CPU ns, run-queue wait ns).
 ThreadTimes = tuple[int, int]
+# One watchdog sample: (when, the loop thread's stack, where it slept in the kernel, the
+# innermost frame of each other thread running Python, by thread id).
+Sample = tuple[float, tuple[str, ...], str | None, dict[int, str]]
 
 
 class ThreadsCpu:
     """Every Python thread of this process (those that can hold the GIL: not libuv's) and its
     /proc schedstat so far, by thread id. Each thread's file is opened once and read again at
     each snapshot; the thread list is taken each time (threads of the default executor come
-    and go). Some 20 us for nine threads in a loop, 50-70 us at a wake of the watchdog."""
+    and go). Some 20 us for nine threads in a tight loop, up to 70 us read now and then."""
 
     def __init__(self) -> None:
         self._files: dict[int, SchedStat] = {}
@@ -485,11 +483,8 @@ class LoopMonitor:
         self._windows: deque[StallWindow] = deque(maxlen=1024)
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
         self._gc_started_s = 0.0
-        # (when, the loop thread's stack, where it slept in the kernel, the innermost frame of
-        # each other thread running Python, by thread id)
-        self._samples: deque[tuple[float, tuple[str, ...], str | None, dict[int, str]]] = \
-            deque(maxlen=SAMPLES_PER_STALL_MAX)
-        # Every thread's CPU figures at the watchdog's wakes: (when, snapshot). Its own.
+        self._samples: deque[Sample] = deque(maxlen=SAMPLES_PER_STALL_MAX)
+        # Every Python thread's CPU figures, read by the tick: (when, snapshot).
         self._threads_cpu: ThreadsCpu | None = None
         self._thread_snapshots: deque[tuple[float, dict[int, ThreadTimes]]] = deque(
             maxlen=THREAD_SNAPSHOTS_KEPT)
@@ -753,8 +748,7 @@ def _innermost_frames(frames: dict[int, FrameType], loop_thread_id: int) -> dict
     return out
 
 
-def _seen_in(tid: int, samples: list[tuple[float, tuple[str, ...], str | None,
-                                            dict[int, str]]]) -> str:
+def _seen_in(tid: int, samples: list[Sample]) -> str:
     """`:frame`, the innermost frame the watchdog saw thread `tid` in most often over a
     stall's samples; empty when it saw none."""
     seen = Counter(sample[3][tid] for sample in samples if tid in sample[3])
