@@ -36,7 +36,8 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   cover (`other_threads_span_ms`) starts at the read before the window; and the
   innermost frame the watchdog saw each in most often, from the same `sys._current_frames()`
   as the loop's stack): a loop `blocked` in `futex_do_wait` while one of them ran waited for
-  that thread's GIL or lock.
+  that thread's GIL or lock. And the watchdog's own CPU time from its wake to the report
+  (`watchdog_cpu_ms`): what sampling the stall cost, against the other threads' figures.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -643,11 +644,12 @@ class LoopMonitor:
                 if overdue_in > 0 and self._stop.wait(overdue_in):
                     break
             # Then a sample every `period` for as long as it stays overdue.
+            woke_cpu_s = time.thread_time()
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
                 self._sample()
                 self._stop.wait(period)
-            self._report_pending()
+            self._report_pending(time.thread_time() - woke_cpu_s)
             if timer is not None:
                 timer.arm(self._due_s + self._threshold_s)
 
@@ -681,12 +683,14 @@ class LoopMonitor:
         ran = busiest_threads(before[1], after[1], exclude=self._loop_native_id)
         return ran, after[0] - before[0]
 
-    def _report_pending(self) -> None:
+    def _report_pending(self, watchdog_cpu_s: float = 0.0) -> None:
         while self._windows:
             window = self._windows.popleft()
-            self._report(window)
+            self._report(window, watchdog_cpu_s)
 
-    def _report(self, window: StallWindow) -> None:
+    def _report(self, window: StallWindow, watchdog_cpu_s: float) -> None:
+        """One stall's WARNING; `watchdog_cpu_s` is the CPU time the watchdog spent from its
+        wake to this report (its samples, and its waits for the GIL's hand-over)."""
         gc_s = 0.0
         generations: set[int] = set()
         for started, took, generation in list(self._gc_records):
@@ -711,8 +715,8 @@ class LoopMonitor:
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
             "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s "
-            "other_threads=%s other_threads_span_ms=%.1f cpu=%s end_unix_s=%.3f samples=%d "
-            "running=%s",
+            "other_threads=%s other_threads_span_ms=%.1f watchdog_cpu_ms=%.2f cpu=%s "
+            "end_unix_s=%.3f samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
             kernel_wait,
@@ -720,7 +724,7 @@ class LoopMonitor:
             self._format_requests(window), _ms(window.steal_s),
             ",".join(f"{thread_name(tid)}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
                      f"{_seen_in(tid, in_window)}" for tid, on_cpu, waited in others) or "-",
-            span_s * 1000,
+            span_s * 1000, watchdog_cpu_s * 1000,
             "-" if window.cpu is None else window.cpu,
             time.time() - (time.monotonic() - window.end_s), seen,
             " <- ".join(stack) if stack else "-",

@@ -11,7 +11,9 @@
  *   message encoded straight into the commitlog mapping with its consume-queue unit, in one
  *   call (MessageStore.append_message_fields);
  * - SEND_BATCH_MESSAGE bodies (batch_body_is_plain, encode_batch): check and encode in one pass;
- * - reads and recovery (records_surely_valid): the common-record check, both CRCs included.
+ * - reads and recovery (records_surely_valid): the common-record check, both CRCs included;
+ * - pre-faulting a file ahead of its writer (prefault): the zero writes and the populate call
+ *   of one chunk with the GIL released once, not once per system call.
  * Every function has a Python twin in store/ that stays the reference (tests hold both to the
  * same bytes and answers) and runs when this module is not built. Nothing here decides policy:
  * whatever is unusual, C answers "not mine" and Python handles it, refusals included.
@@ -26,8 +28,11 @@
 #define _GNU_SOURCE /* memmem */
 #include <Python.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PYRMQ_HAVE_CLMUL 1
@@ -1669,6 +1674,84 @@ done:
     return result;
 }
 
+/* prefault: the most one zero write hands the kernel, and the size of the page-cache folio it
+ * makes (store/mapped_file.py ZERO_FILL_CALL_BYTES, store/hot_folio.py FOLIO_BYTES). */
+#define FOLIO_BYTES ((int64_t)2 * 1024 * 1024)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+/* Read only, never written: untouched .bss pages, so the zeros cost no memory of their own. */
+static char folio_of_zeros[FOLIO_BYTES];
+
+PyDoc_STRVAR(prefault_doc,
+"prefault(fd, start, end, zero_from, map_address, heat_address, /) -> (int, int, bool)\n\n"
+"MappedFile.populate's kernel work for [start, end) of a file, all with the GIL released\n"
+"once: zeros pwritten over [zero_from, end) (nothing when zero_from >= end) in 2 MiB-aligned\n"
+"calls of at most 2 MiB, each whole 2 MiB write preceded, when heat_address is not 0, by\n"
+"hot_folio's heating of the 2 MiB-aligned huge-page slot at heat_address (one store, then\n"
+"MADV_DONTNEED); then MADV_POPULATE_WRITE over the mapping's [start, end) at map_address,\n"
+"unless map_address is 0. Best effort: the zero writes stop at the first error. Returns\n"
+"(the end of the zeros written, the folios heated, whether the populate call succeeded).");
+
+static PyObject *
+native_prefault(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "prefault takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    long long start = PyLong_AsLongLong(args[1]);
+    long long end = PyLong_AsLongLong(args[2]);
+    long long zero_from = PyLong_AsLongLong(args[3]);
+    uintptr_t map_address = (uintptr_t)PyLong_AsVoidPtr(args[4]);
+    uintptr_t heat_address = (uintptr_t)PyLong_AsVoidPtr(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "prefault: bad file descriptor %ld", fd);
+        return NULL;
+    }
+    if (start < 0 || end < start || zero_from < 0) {
+        PyErr_Format(PyExc_ValueError, "prefault: bad range [%lld, %lld) zeroed from %lld",
+                     start, end, zero_from);
+        return NULL;
+    }
+    if (heat_address % (uintptr_t)FOLIO_BYTES != 0) {
+        PyErr_SetString(PyExc_ValueError, "prefault: heat_address is not 2 MiB-aligned");
+        return NULL;
+    }
+    long long pos = zero_from;
+    long heated = 0;
+    int populated = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < end) {
+        /* Folio-aligned calls: a 2 MiB folio is made only by a whole, aligned 2 MiB write. */
+        int64_t size = FOLIO_BYTES - pos % FOLIO_BYTES;
+        if (size > end - pos)
+            size = end - pos;
+        if (heat_address && size == FOLIO_BYTES) {
+            /* One store allocates and zeroes the whole huge page; freeing it leaves the block
+             * on this CPU's free list for the folio the write below allocates. */
+            *(volatile char *)heat_address = 0;
+            madvise((void *)heat_address, (size_t)FOLIO_BYTES, MADV_DONTNEED);
+            heated++;
+        }
+        ssize_t wrote = pwrite((int)fd, folio_of_zeros, (size_t)size, (off_t)pos);
+        if (wrote < 0 && errno == EINTR)
+            continue;
+        if (wrote <= 0)
+            break;
+        pos += wrote;
+    }
+    if (map_address && end > start)
+        populated = madvise((void *)(map_address + (uintptr_t)start), (size_t)(end - start),
+                            MADV_POPULATE_WRITE) == 0;
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(LlO)", pos, heated, populated ? Py_True : Py_False);
+}
+
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
@@ -1696,6 +1779,7 @@ static PyMethodDef native_methods[] = {
      walk_records_doc},
     {"tags_codes", (PyCFunction)(void (*)(void))native_tags_codes, METH_FASTCALL,
      tags_codes_doc},
+    {"prefault", (PyCFunction)(void (*)(void))native_prefault, METH_FASTCALL, prefault_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -111,3 +111,6 @@ def walk_records(
 def tags_codes(
     buf: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], /
 ) -> bytes: ...
+def prefault(
+    fd: int, start: int, end: int, zero_from: int, map_address: int, heat_address: int, /
+) -> tuple[int, int, bool]: ...

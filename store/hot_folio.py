@@ -73,15 +73,24 @@ def _slot_address() -> int:
     return _slot.address
 
 
+def slot_address() -> int:
+    """This thread's 2 MiB-aligned slot, for a caller that heats it itself
+    (`store._native.prefault`, which does what `heat_next_folio` does); 0 when there is nothing
+    to do here (see the invariants)."""
+    if not _AVAILABLE:
+        return 0
+    try:
+        return _slot_address()
+    except OSError:
+        return 0
+
+
 def heat_next_folio() -> bool:
     """Fault in one anonymous huge page and free it, for the 2 MiB page-cache folio this thread
     makes next (call it right before a FOLIO_BYTES write that makes one). Blocking, without the
     GIL: a worker thread's call. False when there is nothing to do here (see the invariants)."""
-    if not _AVAILABLE:
-        return False
-    try:
-        address = _slot_address()
-    except OSError:
+    address = slot_address()
+    if not address:
         return False
     _libc.memset(address, 0, 1)  # one store: the whole huge page is allocated and zeroed
     _libc.madvise(address, FOLIO_BYTES, _MADV_DONTNEED)

@@ -30,9 +30,10 @@ import numpy.typing as npt
 
 from store import testhooks
 from store.errors import CorruptFileError, DiskFullError, StoreIOError
-from store.hot_folio import FOLIO_BYTES, heat_next_folio
+from store.hot_folio import FOLIO_BYTES, heat_next_folio, slot_address
 from store.libc import address_of as _address_of
 from store.libc import libc as _libc
+from store.native import native as _native
 
 log = logging.getLogger(__name__)
 
@@ -300,18 +301,30 @@ class MappedFile:
         """Pre-fault [populated_to, up_to) so appends there write to warm pages (a cold mmap
         store costs a page fault per 4 KiB: 0.45 GB/s here, against 9 GB/s warm). With
         `zero_fill` the pages not yet written first get zeros written (`zero_fill`). Blocking,
-        without the GIL: call it from a worker thread. Best effort: errors are ignored."""
+        without the GIL: call it from a worker thread. Best effort: errors are ignored.
+
+        The zeros and the populate call go in one `store._native.prefault` call, which takes
+        the GIL back once: each return from a system call asks for it, and while the loop holds
+        it CPython makes the loop hand it over and wait until this thread has it, however long
+        this thread then waits for a CPU (four such hand-overs per 2 MiB chunk otherwise)."""
         start = max(self.populated_to, self.wrote_position)
         start -= start % PAGE_SIZE
         end = min(self.file_size, -(-up_to // PAGE_SIZE) * PAGE_SIZE)
         if end <= start or self.buf.closed:
             return
         if zero_fill:
-            self.zero_fill(start, end)
-        if _libc.madvise(self._address + start, end - start, _MADV_POPULATE_WRITE) == 0:
-            self.populated_to = end
+            with self._zero_fill_lock:
+                if self.buf.closed:
+                    return
+                zero_from = self._start_zero_fill(start, end)
+                try:
+                    populated = self._prefault(zero_from, end, start)
+                finally:
+                    self.zeroing_from = NO_ZERO_FILL
         else:
-            self.populated_to = self.file_size  # unsupported kernel: do not retry
+            populated = self._prefault(end, end, start)
+        # Unsupported kernel (before 5.14): do not retry.
+        self.populated_to = end if populated else self.file_size
 
     def claim(self, end: int) -> None:
         """A writer is about to write bytes below `end`: announce it, and if a zero-fill
@@ -326,35 +339,58 @@ class MappedFile:
     def zero_fill(self, start: int, end: int) -> None:
         """Write zeros over [start, end), from the first page past every write made or claimed.
         Through write(), the page cache takes those pages as folios of the write's size
-        (ZERO_FILL_CALL_BYTES) and nothing else; a first touch of a hole through the mapping
-        instead reads around it, up to the device's read_ahead_kb (8 MiB here), all
+        (ZERO_FILL_CALL_BYTES, aligned to it) and nothing else; a first touch of a hole through
+        the mapping instead reads around it, up to the device's read_ahead_kb (8 MiB here), all
         zero-filled in one kernel call the scheduler cannot preempt (19 ms on cold memory,
-        2026-11-27).
+        2026-11-27). Blocking, without the GIL; best effort."""
+        with self._zero_fill_lock:
+            if self.buf.closed:
+                return
+            zero_from = self._start_zero_fill(start, end)
+            try:
+                self._prefault(zero_from, end, None)
+            finally:
+                self.zeroing_from = NO_ZERO_FILL
+
+    def _start_zero_fill(self, start: int, end: int) -> int:
+        """Where the zeros of [start, end) start (`end`: none are wanted), published as
+        `zeroing_from`; the caller holds the zero-fill lock and resets `zeroing_from` after.
 
         Exclusion with the writers, who write without a lock (`claim`): this publishes
         `zeroing_from` and then reads `writing_to`, a writer publishes `writing_to` and then
         reads `zeroing_from` (both under the GIL, so in one order for both threads): a writer
-        that saw no zero-fill is seen here, and backs this one off; one that saw it waits.
-        Blocking, the GIL released in write(); best effort."""
-        with self._zero_fill_lock:
-            start = max(start, self.wrote_position, self.writing_to)
-            start += -start % PAGE_SIZE
-            if start >= end or self.buf.closed:
-                return
-            self.zeroing_from = start
-            try:
-                if max(self.wrote_position, self.writing_to) > start:
-                    return  # a writer got there meanwhile
-                pos = start
-                while pos < end:
-                    size = min(end - pos, len(_ZEROS))
-                    if size == FOLIO_BYTES and pos % FOLIO_BYTES == 0:
-                        heat_next_folio()  # a write that makes one 2 MiB folio
-                    pos += os.pwrite(self._fd, _ZEROS[:size], pos)
-            except OSError:
-                pass  # what was not zero-filled gets populated (and read around) as before
-            finally:
-                self.zeroing_from = NO_ZERO_FILL
+        that saw no zero-fill is seen here, and backs this one off; one that saw it waits."""
+        start = max(start, self.wrote_position, self.writing_to)
+        start += -start % PAGE_SIZE
+        if start >= end:
+            return end
+        self.zeroing_from = start
+        if max(self.wrote_position, self.writing_to) > start:
+            return end  # a writer got there meanwhile
+        return start
+
+    def _prefault(self, zero_from: int, end: int, populate_from: int | None) -> bool:
+        """Zeros pwritten over [zero_from, end) (none if zero_from >= end) in folio-aligned
+        calls of at most ZERO_FILL_CALL_BYTES, a hot block first (`hot_folio`) for each call
+        that makes a whole folio; then, unless `populate_from` is None, [populate_from, end)
+        faulted in writable: whether that worked. One native call where built (the GIL taken
+        back once); the Python twin stays the reference."""
+        if _native is not None:
+            if populate_from is None:
+                return _native.prefault(self._fd, end, end, zero_from, 0, slot_address())[2]
+            return _native.prefault(self._fd, populate_from, end, zero_from, self._address,
+                                    slot_address())[2]
+        pos = zero_from
+        try:
+            while pos < end:
+                size = min(end - pos, ZERO_FILL_CALL_BYTES - pos % ZERO_FILL_CALL_BYTES)
+                if size == FOLIO_BYTES:
+                    heat_next_folio()  # a write that makes one 2 MiB folio
+                pos += os.pwrite(self._fd, _ZEROS[:size], pos)
+        except OSError:
+            pass  # what was not zero-filled gets populated (and read around) as before
+        return populate_from is not None and _libc.madvise(
+            self._address + populate_from, end - populate_from, _MADV_POPULATE_WRITE) == 0
 
     def flush(self, up_to_position: int | None = None) -> int:
         """msync [flushed_position, up_to_position) rounded out to pages; returns the new

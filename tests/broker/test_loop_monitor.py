@@ -246,6 +246,12 @@ def test_a_stall_is_reported_with_the_callback_that_caused_it(
         stall_end = re.search(r" end_unix_s=([\d.]+) ", message)
         assert stall_end is not None, message
         assert began_unix_s + STALL_S * 0.8 <= float(stall_end[1]) <= ended_unix_s, message
+        # The watchdog's own CPU time over the stall: a figure, and less than the stall.
+        watchdog = re.search(r" watchdog_cpu_ms=([\d.]+) ", message)
+        lag = re.search(r"lag_ms=([\d.]+) ", message)
+        assert watchdog is not None, message
+        assert lag is not None, message
+        assert float(watchdog[1]) < float(lag[1]), message
         if sys.platform == "linux":
             cpu = re.search(r" cpu=(\d+) ", message)
             assert cpu is not None, message
