@@ -118,8 +118,8 @@ CLIENT_HEAP_MB: Final = 1024
 # shares the CPUs with the broker (the OpenMessaging Benchmark runs its workers on hosts of their
 # own). At the same CPU weight the broker's event loop waited behind its JIT compiler and Netty
 # threads (the loop's stalls over 10 ms, all `not_scheduled`): at nice 10 (its session's too),
-# for both brokers alike, it gives way to the broker. See the README, "Latency under a steady
-# load", thirteenth session.
+# for both brokers alike, it gives way to the broker. See docs/benchmark-history.md, the
+# thirteenth session.
 LOAD_GENERATOR_NICE: Final = 10
 JAVA_BROKER_CONF: Final[dict[str, str | int | bool]] = {
     "mappedFileSizeCommitLog": COMMITLOG_FILE_BYTES,

@@ -44,7 +44,7 @@ WARM_AHEAD_BYTES: Final = 128 * 1024 * 1024
 # writer); over pages already cached it is short. Without the zeros first, each call's first
 # touch of a hole read around it (8 MiB on this VM's disk) in one kernel call: 19 ms on memory
 # the host backs again only on first touch, a stall of the loop behind it; at 45,000 msg/s the
-# publish p99 was 15-22 ms without, 9-12 with (2026-11-27, README "Latency under a steady load").
+# publish p99 was 15-22 ms without, 9-12 with (2026-11-27, docs/benchmark-history.md).
 WARM_CHUNK_BYTES: Final = 2 * 1024 * 1024
 # A segment prepared ahead has this much of its start pre-faulted before a roll adopts it.
 NEXT_FILE_WARM_BYTES: Final = 16 * 1024 * 1024

@@ -48,7 +48,7 @@ NO_ZERO_FILL: Final = 1 << 62
 # price: a folio is filled in one uninterrupted copy on a PREEMPT_NONE kernel, 7-8 ms for 2 MiB
 # on this VM's cold memory, and a loop woken on that CPU waits behind it. With 256 KiB writes
 # the loop's waits of 4 ms or more at 45,000 msg/s fell from 86-238 per run to 10-13, but the
-# clean-clone run with them still had 3 stalls over 10 ms (README "Latency under a steady load").
+# clean-clone run with them still had 3 stalls over 10 ms (docs/benchmark-history.md).
 # Most of those 7-8 ms are host faults on memory the VM had handed back: `hot_folio` takes them
 # first, where the kernel can preempt them, and the copy then takes 0.3 ms.
 ZERO_FILL_CALL_BYTES: Final = FOLIO_BYTES
