@@ -376,10 +376,11 @@ class MappedFile:
         faulted in writable: whether that worked. One native call where built (the GIL taken
         back once); the Python twin stays the reference."""
         if _native is not None:
+            heat = slot_address() if zero_from < end else 0
             if populate_from is None:
-                return _native.prefault(self._fd, end, end, zero_from, 0, slot_address())[2]
+                return _native.prefault(self._fd, end, end, zero_from, 0, heat)[2]
             return _native.prefault(self._fd, populate_from, end, zero_from, self._address,
-                                    slot_address())[2]
+                                    heat)[2]
         pos = zero_from
         try:
             while pos < end:
