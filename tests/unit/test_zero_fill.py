@@ -226,8 +226,7 @@ def test_the_native_call_makes_its_twins_zeros_and_heats_its_folios(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wrote: int, end: int
 ) -> None:
     """Same bytes from `populate(zero_fill=True)` either way, the same folios heated (the
-    native call counts its heats; the twin's are counted here), the pages populated, and the
-    heated block given back to the kernel."""
+    native call counts its heats; the twin's are counted here), and the range populated."""
     size = 4 * FOLIO_BYTES
     twin_heats: list[int] = []
     heats: list[int] = []
