@@ -12,8 +12,9 @@
  *   call (MessageStore.append_message_fields);
  * - SEND_BATCH_MESSAGE bodies (batch_body_is_plain, encode_batch): check and encode in one pass;
  * - reads and recovery (records_surely_valid): the common-record check, both CRCs included;
- * - pre-faulting a file ahead of its writer (prefault): the zero writes and the populate call
- *   of one chunk with the GIL released once, not once per system call.
+ * - a file's kernel calls in a row with the GIL released once, not once per system call:
+ *   pre-faulting ahead of its writer (prefault: a chunk's zero writes and populate call) and
+ *   a flush (sync_range: its writeback started chunk by chunk, then the msync).
  * Every function has a Python twin in store/ that stays the reference (tests hold both to the
  * same bytes and answers) and runs when this module is not built. Nothing here decides policy:
  * whatever is unusual, C answers "not mine" and Python handles it, refusals included.
@@ -31,6 +32,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1752,6 +1754,50 @@ native_prefault(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(LlO)", pos, heated, populated ? Py_True : Py_False);
 }
 
+PyDoc_STRVAR(sync_range_doc,
+"sync_range(fd, map_address, start, length, chunk_bytes, /) -> int\n\n"
+"MappedFile._msync's kernel work, with the GIL released once: when length > chunk_bytes,\n"
+"the writeback of [start, start + length) of the file started chunk_bytes per\n"
+"sync_file_range(SYNC_FILE_RANGE_WRITE) call (best effort: an error there shows again in the\n"
+"msync); then msync(MS_SYNC) of the mapping's same range at map_address. Returns 0, or the\n"
+"msync's errno.");
+
+static PyObject *
+native_sync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "sync_range takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    uintptr_t map_address = (uintptr_t)PyLong_AsVoidPtr(args[1]);
+    long long start = PyLong_AsLongLong(args[2]);
+    long long length = PyLong_AsLongLong(args[3]);
+    long long chunk = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT32_MAX || map_address == 0 || start < 0 || length < 0 || chunk <= 0) {
+        PyErr_Format(PyExc_ValueError, "sync_range: bad arguments (fd %ld, [%lld, +%lld), "
+                     "chunks of %lld)", fd, start, length, chunk);
+        return NULL;
+    }
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (length > chunk) {
+        /* One call per chunk: each return to user space lets a woken loop have this CPU (this
+         * VM's kernel does not preempt a thread inside a call). */
+        for (long long pos = start; pos < start + length; pos += chunk) {
+            long long size = start + length - pos < chunk ? start + length - pos : chunk;
+            sync_file_range((int)fd, (off_t)pos, (off_t)size, SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    if (msync((void *)(map_address + (uintptr_t)start), (size_t)length, MS_SYNC) != 0)
+        error = errno;
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(error);
+}
+
 static PyMethodDef native_methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))native_write_record, METH_FASTCALL,
      write_record_doc},
@@ -1780,6 +1826,8 @@ static PyMethodDef native_methods[] = {
     {"tags_codes", (PyCFunction)(void (*)(void))native_tags_codes, METH_FASTCALL,
      tags_codes_doc},
     {"prefault", (PyCFunction)(void (*)(void))native_prefault, METH_FASTCALL, prefault_doc},
+    {"sync_range", (PyCFunction)(void (*)(void))native_sync_range, METH_FASTCALL,
+     sync_range_doc},
     {NULL, NULL, 0, NULL},
 };
 

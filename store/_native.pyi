@@ -114,3 +114,6 @@ def tags_codes(
 def prefault(
     fd: int, start: int, end: int, zero_from: int, map_address: int, heat_address: int, /
 ) -> tuple[int, int, bool]: ...
+def sync_range(
+    fd: int, map_address: int, start: int, length: int, chunk_bytes: int, /
+) -> int: ...

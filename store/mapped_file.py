@@ -407,13 +407,19 @@ class MappedFile:
         return end
 
     def _msync(self, start: int, length: int) -> None:
-        """msync [start, start+length) of the mapping (start page-aligned) through ctypes: the
-        call releases the GIL (mmap.flush holds it for the whole msync, which would stall the
-        event loop for as long as the disk takes). A range over KERNEL_CALL_BYTES has its
-        writeback started a chunk per call first (`sync_file_range`, which starts the writes and
-        does not wait for them): the msync then waits for them and makes the range durable."""
+        """msync [start, start+length) of the mapping (start page-aligned), the GIL released
+        (mmap.flush holds it for the whole msync, which would stall the event loop for as long
+        as the disk takes). A range over KERNEL_CALL_BYTES has its writeback started a chunk per
+        call first (`sync_file_range`, which starts the writes and does not wait for them): the
+        msync then waits for them and makes the range durable. In one native call where built
+        (`store._native.sync_range`: the GIL taken back once, not after every chunk's call)."""
         if self.buf.closed:
             raise StoreIOError(f"msync {self.path}: the file is closed")
+        if _native is not None:
+            code = _native.sync_range(self._fd, self._address, start, length, KERNEL_CALL_BYTES)
+            if code:
+                raise _io_error(self.path, "msync", OSError(code, os.strerror(code)))
+            return
         if length > KERNEL_CALL_BYTES:
             for pos in range(start, start + length, KERNEL_CALL_BYTES):
                 # Best effort: an error here shows again in the msync, which reports it.
