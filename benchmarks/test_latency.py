@@ -29,7 +29,9 @@ does not. The same probes time a fixed piece of work: each window and each stall
 fast the host ran the VM's CPUs meanwhile (at times one runs at half speed for seconds).
 No time is asserted; a run must only measure something (a broker that did not keep up is
 printed as NOT MEASURED, with its counts; one whose window has not closed a minute after it was
-due is printed as DID NOT HOLD the rate, with the broker CPU it used meanwhile).
+due is printed as DID NOT HOLD the rate, with the broker CPU it used meanwhile): at its lowest
+rate at least one broker must have had sends acknowledged and consumed, and a higher rate that
+neither broker held after that is printed as NEITHER HELD, this machine's limit.
 Cost: about 2 x (WARMUP_S + WINDOW_S + ~10 s) per rate plus start-up, ~4 minutes.
 """
 
@@ -106,6 +108,8 @@ DRAIN_S: Final = 5
 REPORT_S: Final = 5
 RUN_EXTRA_S: Final = 60.0  # JVM start-up and shut-down beyond the windows
 STALL_THRESHOLD_MS: Final = 10
+# The rates of this run at which at least one broker had sends acknowledged and consumed.
+MEASURED_RATES: Final[set[int]] = set()
 STALLS_SHOWN: Final = 5  # the figures of the first few stalls in the window, one line each
 COMMITLOG_FILE_BYTES: Final = 1024 * 1024 * 1024
 LATENCY_MAIN: Final = "pyrmq.interop.LatencyBench"
@@ -451,8 +455,16 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     for name, run in (("pyrmq", ours), (peer, theirs)):
         for line in run.intervals:
             print(f"      {name} {line.removeprefix('INTERVAL ')}")
-    # A run must measure something: at least one broker kept up with the rate enough to have
+    # A run must measure something: at some rate at least one broker kept up enough to have
     # sends acknowledged and consumed (else the benchmark itself, or this machine, is broken).
-    assert any(run.result.get("acked") and run.result.get("received") for run in (ours, theirs)), \
-        f"neither broker had a send acknowledged and consumed at {rate} msg/s (pyrmq's window: " \
-        f"{ours.machine}; Java's: {theirs.machine})"
+    # A higher rate that neither holds, once a lower one has measured, is this machine's limit
+    # (on a host running the VM several times slower than usual neither held 45,000 msg/s):
+    # printed as such, not a failure, since no speed is asserted.
+    if any(run.result.get("acked") and run.result.get("received") for run in (ours, theirs)):
+        MEASURED_RATES.add(rate)
+        return
+    neither = (f"neither broker had a send acknowledged and consumed at {rate:,} msg/s "
+               f"(pyrmq's window: {ours.machine}; Java's: {theirs.machine})")
+    assert any(lower < rate for lower in MEASURED_RATES), neither
+    record(f"    NEITHER HELD the rate on this machine: {neither}; measured at "
+           f"{', '.join(f'{lower:,}' for lower in sorted(MEASURED_RATES))} msg/s")
