@@ -10,6 +10,7 @@ import pytest
 
 import store.commitlog
 import store.consume_queue
+import store.mapped_file
 import store.message_batch
 import store.message_encoder
 import store.message_properties
@@ -60,9 +61,9 @@ def test_python_fallback_writes_the_same_bytes_as_c(tmp_path: Path,
     expected = [record.body for record in read_all(with_c, "TopicTest", 0)]
     crashed = crash_image(tmp_path / "c", tmp_path / "crashed")  # as a SIGKILL leaves it
     with_c.close()
-    for module in (store.commitlog, store.consume_queue, store.message_encoder,
-                   store.message_batch, store.message_properties, store.message_store,
-                   store.recovery):
+    for module in (store.commitlog, store.consume_queue, store.mapped_file,
+                   store.message_encoder, store.message_batch, store.message_properties,
+                   store.message_store, store.recovery):
         monkeypatch.setattr(module, "_native", None)
     recovered = MessageStore(StoreConfig(store_path_root_dir=crashed,
                                          mapped_file_size_commit_log=64 * 1024,

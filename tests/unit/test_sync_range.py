@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store import _native, mapped_file
+from store import _native
 from store.errors import StoreIOError
 from store.libc import address_of
 from store.mapped_file import KERNEL_CALL_BYTES, PAGE_SIZE, MappedFile
@@ -39,17 +39,9 @@ def dirty_pages(fd: int, length: int) -> int:
     return int(stat.nr_dirty)
 
 
-@pytest.fixture(params=["native", "python"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "python":
-        monkeypatch.setattr(mapped_file, "_native", None)
-    else:
-        assert vars(mapped_file)["_native"] is _native  # built by `pip install -e .`
-    return str(request.param)
-
-
 @pytest.mark.parametrize("size", [3 * PAGE_SIZE + 5, 3 * KERNEL_CALL_BYTES + PAGE_SIZE])
-def test_a_flush_leaves_no_page_of_its_range_dirty(tmp_path: Path, impl: str, size: int) -> None:
+def test_a_flush_leaves_no_page_of_its_range_dirty(tmp_path: Path, mapped_file_calls: str,
+                                                   size: int) -> None:
     mapped = MappedFile.create(tmp_path / f"{0:020d}", 4 * KERNEL_CALL_BYTES)
     try:
         mapped.buf[:size] = os.urandom(size)
@@ -63,7 +55,8 @@ def test_a_flush_leaves_no_page_of_its_range_dirty(tmp_path: Path, impl: str, si
         mapped.close()
 
 
-def test_an_msync_error_is_a_store_error_naming_the_file(tmp_path: Path, impl: str) -> None:
+def test_an_msync_error_is_a_store_error_naming_the_file(tmp_path: Path,
+                                                        mapped_file_calls: str) -> None:
     """An msync over memory that is not mapped (ENOMEM) fails the flush, and nothing else."""
     mapped = MappedFile.create(tmp_path / f"{0:020d}", 2 * KERNEL_CALL_BYTES)
     gone = mmap.mmap(-1, 2 * KERNEL_CALL_BYTES)

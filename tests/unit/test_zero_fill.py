@@ -37,18 +37,8 @@ def marked_file(directory: Path, size: int) -> Iterator[MappedFile]:
         mapped.close()
 
 
-@pytest.fixture(params=["native", "python"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test that takes it runs over the native call and over its Python twin."""
-    if request.param == "python":
-        monkeypatch.setattr(mapped_file, "_native", None)
-    else:
-        assert vars(mapped_file)["_native"] is _native  # built by `pip install -e .`
-    return str(request.param)
-
-
 @pytest.fixture
-def marked(tmp_path: Path, impl: str) -> Iterator[MappedFile]:
+def marked(tmp_path: Path, mapped_file_calls: str) -> Iterator[MappedFile]:
     with marked_file(tmp_path, FILE_BYTES) as mapped:
         yield mapped
 
@@ -187,7 +177,7 @@ def test_a_zero_fill_a_writer_overtakes_writes_nothing(marked: MappedFile) -> No
     assert marked.buf[: 64 * 1024] == bytes([MARK]) * 64 * 1024
 
 
-def test_writes_racing_the_zero_fill_all_survive(tmp_path: Path, impl: str) -> None:
+def test_writes_racing_the_zero_fill_all_survive(tmp_path: Path, mapped_file_calls: str) -> None:
     mapped = MappedFile.create(tmp_path / f"{0:020d}", 8 * FILE_BYTES)
     rng = random.Random(7)
     written = bytearray()
