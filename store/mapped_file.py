@@ -312,17 +312,10 @@ class MappedFile:
         end = min(self.file_size, -(-up_to // PAGE_SIZE) * PAGE_SIZE)
         if end <= start or self.buf.closed:
             return
-        if zero_fill:
-            with self._zero_fill_lock:
-                if self.buf.closed:
-                    return
-                zero_from = self._start_zero_fill(start, end)
-                try:
-                    populated = self._prefault(zero_from, end, start)
-                finally:
-                    self.zeroing_from = NO_ZERO_FILL
-        else:
-            populated = self._prefault(end, end, start)
+        populated = self._zero_fill_then(start, end, start) if zero_fill else \
+            self._prefault(end, end, start)
+        if populated is None:
+            return  # closed meanwhile
         # Unsupported kernel (before 5.14): do not retry.
         self.populated_to = end if populated else self.file_size
 
@@ -343,12 +336,17 @@ class MappedFile:
         the mapping instead reads around it, up to the device's read_ahead_kb (8 MiB here), all
         zero-filled in one kernel call the scheduler cannot preempt (19 ms on cold memory,
         2026-11-27). Blocking, without the GIL; best effort."""
+        self._zero_fill_then(start, end, None)
+
+    def _zero_fill_then(self, start: int, end: int, populate_from: int | None) -> bool | None:
+        """`_prefault` under the zero-fill lock, its zeros from where `_start_zero_fill` says;
+        None when the file is closed."""
         with self._zero_fill_lock:
             if self.buf.closed:
-                return
+                return None
             zero_from = self._start_zero_fill(start, end)
             try:
-                self._prefault(zero_from, end, None)
+                return self._prefault(zero_from, end, populate_from)
             finally:
                 self.zeroing_from = NO_ZERO_FILL
 
