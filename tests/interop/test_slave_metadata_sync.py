@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from pyrmq_client import BrokerClient
+from remoting.errors import BodyDecodeError
 from remoting.fastjson import parse_fastjson
 from tests.interop.build import NEWEST, ROCKETMQ_VERSIONS
 from tests.interop.harness import JavaEnv, JavaServer
@@ -54,15 +55,24 @@ def _split(addr: str) -> tuple[str, int]:
 
 
 def _config_file(store: Path, name: str) -> Mapping[str, object]:
-    """A broker's `config/<name>` as parsed JSON ({} while it does not exist)."""
+    """A broker's `config/<name>` as parsed JSON ({} while it does not exist or is being written).
+
+    A Java broker rewrites its config files in place (`MixAll.string2File`: the old text to
+    `<name>.bak`, then the new text over the file), so a read can catch half a file; its own
+    loader then falls back to the `.bak`. Here a torn read counts as "not synced yet" and the
+    caller's wait reads again: a file that never parses still fails the wait at its deadline.
+    """
     path = store / "config" / name
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except FileNotFoundError:
         return {}
     if not text.strip():
         return {}
-    value = parse_fastjson(text)
+    try:
+        value = parse_fastjson(text)  # decodes UTF-8: a torn character is one more torn read
+    except BodyDecodeError:
+        return {}
     assert isinstance(value, dict)
     return value
 
