@@ -114,7 +114,7 @@ REPORT_S: Final = 5
 # Each broker's warm-up run (on a topic of its own so that no measured consumer reads its
 # messages): its figures are printed, never judged. Its rate is the lowest measured, at most
 # 20,000 msg/s: a cold Java broker's first load at 30,000 or 45,000 collapsed into send
-# timeouts in the warm-up run itself (its broker then at 10-15 % CPU), at 20,000 it held.
+# timeouts in the warm-up run itself and again in the window after it; at 20,000 it held.
 # One warm-up run is not always enough: started at 45,000 (`PYRMQ_LATENCY_RATES=45000`), the
 # Java broker acked every warm-up send and still collapsed in its window (2026-12-02); after
 # CI's measured 20,000 run it held 45,000 in 5 of 5 runs that day.
