@@ -29,13 +29,13 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.replicas_manager import LOST_COMMITTED_FILE_NAME
-from controller_client.client import ControllerClient, ReplicaInfo
+from controller_client.client import ControllerClient
 from controller_client.errors import ControllerError
 from store.checkpoint import CHECKPOINT_FILE_NAME, load_checkpoint
 from tests.interop.build import NEWEST
@@ -56,6 +56,7 @@ from tests.interop.controller_group import (
     start_java_controller,
     start_java_controllers,
     sync_state_set_of,
+    wait_replica_info,
 )
 from tests.interop.harness import JavaEnv
 from tests.interop.network import free_port
@@ -114,40 +115,22 @@ def lose_tail(process: PyrmqProcess, keep: int) -> None:
             file.write(bytes(file_bytes - offset))
 
 
-async def replica_info(controller: str) -> ReplicaInfo:
-    client = ControllerClient((controller,))
-    try:
-        return await client.get_replica_info("broker-a")
-    finally:
-        await client.close()
-
-
-async def wait_for_replica_info(controller: str, predicate: Callable[[ReplicaInfo], bool],
-                                what: str, timeout_s: float = 60.0) -> ReplicaInfo:
-    info = await replica_info(controller)
-    for _ in range(int(timeout_s / 0.2)):
-        info = await replica_info(controller)
-        if predicate(info):
-            return info
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s} s: {what} (last: {info})")
-
-
 @pytest.mark.parametrize("master_first", [False, True], ids=["all-at-once", "master-first"])
 async def test_a_master_that_lost_committed_data_does_not_lead_again(
     newest_java_env: JavaEnv, env: PyrmqEnv, tmp_path: Path, seed: int, master_first: bool,
 ) -> None:
     """All three hang (SIGSTOP) until the controller's election finds nobody alive (the set has
-    no master); all are killed; the old master loses the
-    tail of its log below its checkpoint's confirmOffset (a power loss) and restarts first. It
+    no master); all are killed; the old master loses the tail of its log below its
+    checkpoint's confirmOffset (a power loss) and restarts first. It
     holds back from the controller (M9), so a replica that kept everything is elected; it joins
     as a slave and its durable lostCommitted mark is cleared. No acked message is lost.
     (Without the hold, a run here saw the Java controller elect that broker at once.)
     All at once, the SyncStateSet stays {1, 2, 3}, or shrinks to one slave when the controller
     sees the master's heartbeat expire a moment before the slaves' and elects one (seen on a
-    slow host). `master_first` makes that case: the master and one slave hang until the
-    controller has elected the last broker (its set then itself alone), then that one hangs:
-    started in their first order, the broker outside the set would wait for a master."""
+    slow host). `master_first` makes that case: one slave hangs until the master has dropped
+    it from the set, then the master until the controller has elected the other slave (its
+    set then itself alone), then that one: started in their first order, the broker outside
+    the set would wait for a master."""
     rng = random.Random(seed)
     group = start_java_group(newest_java_env, env, tmp_path)
     old = group.master()
@@ -158,21 +141,25 @@ async def test_a_master_that_lost_committed_data_does_not_lead_again(
     acked_end = max(len(commitlog(old).rstrip(b"\0")), 1)
     wait_until(lambda: load_checkpoint(checkpoint).checkpoint.confirm_phy_offset >= acked_end,
                timeout_s=30, what="the master's checkpoint holds the confirmOffset", process=old)
+    first, last = (p for p in group.brokers if p is not old)
     if master_first:
-        # The master and the first slave hang; the controller elects the last one, whose set
-        # is then itself alone (the other slave cannot catch up with it while it hangs).
-        *hung, last = group.brokers
-        for process in hung:
-            os.kill(process.pid, signal.SIGSTOP)
-        await wait_for_replica_info(
+        os.kill(first.pid, signal.SIGSTOP)
+        await wait_replica_info(
+            group.controller,
+            lambda info: info.sync_state_set.sync_state_set == {controller_id(old),
+                                                                controller_id(last)},
+            what=f"the master drops {first.name} from the SyncStateSet")
+        os.kill(old.pid, signal.SIGSTOP)
+        await wait_replica_info(
             group.controller, lambda info: info.header.master_address == last.addr,
-            f"the controller elects {last.name}")
+            what=f"the controller elects {last.name}")
         os.kill(last.pid, signal.SIGSTOP)
     else:
         for process in group.brokers:
             os.kill(process.pid, signal.SIGSTOP)
-    await wait_for_replica_info(group.controller, lambda info: not info.header.master_address,
-                                "the controller names no master of the hung set")
+    await wait_replica_info(group.controller, lambda info: not info.header.master_address,
+                            what="the controller names no master of the hung set",
+                            timeout_s=60)
     for process in group.brokers:
         process.kill()
     confirm = load_checkpoint(checkpoint).checkpoint.confirm_phy_offset
@@ -190,10 +177,11 @@ async def test_a_master_that_lost_committed_data_does_not_lead_again(
     # elect one of them (seen on a slow host: broker 3, its SyncStateSet then {3}). Only a
     # member of the set is electable, and a broker outside it registers with the name server
     # only once there is a master: the members start first.
-    in_sync = (await replica_info(group.controller)).sync_state_set.sync_state_set
+    in_sync = (await wait_replica_info(group.controller, lambda _: True,
+                                       what="the replica info")).sync_state_set.sync_state_set
     assert in_sync - {controller_id(old)}, in_sync
     if master_first:
-        assert in_sync == {controller_id(group.brokers[-1])}, in_sync
+        assert in_sync == {controller_id(last)}, in_sync
     others = [group.start_broker(env, f"{p.name}-again", store_dir=p.store_dir,
                                  listen_port=p.port)
               for p in sorted((p for p in group.brokers if p is not old),
