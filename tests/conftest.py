@@ -33,12 +33,14 @@ def pytest_asyncio_loop_factories(
 
 # CI runs the suite in two passes (scripts/test.sh). The first runs every test not marked
 # `serial` as two pytest processes side by side: one runs the JVM tests (tests/interop,
-# tests/spark) one after the other, the other the Python-only tests, so no two JVM-heavy tests
-# ever run at once. The second pass runs the `serial` tests alone: those whose outcome or printed
-# figures depend on timing (event-loop stalls, close deadlines, heartbeats and failover seconds).
+# tests/spark) of the reference release, the other the Python-only tests and then the other
+# releases' interop tests, so never more than two JVM tests at once. The second pass runs the
+# `serial` tests, those whose outcome or printed figures depend on timing: first the `alone`
+# ones with nothing beside them (they time the event loop, the host or a close deadline), then
+# the rest as the same two streams. Those wait on heartbeats, leases and elections: alone, the
+# serial pass kept the machine 38 % busy (vmstat, 2026-12-02), so one beside another still
+# has most of a core.
 SERIAL_PATHS: tuple[str, ...] = (
-    "tests/broker/test_loop_monitor.py",
-    "tests/remoting/test_hostile_clients.py",
     "tests/integration/test_embedded_controller_failover.py",
     "tests/integration/test_ha_processes.py",
     "tests/interop/test_controller_mode.py",
@@ -46,6 +48,10 @@ SERIAL_PATHS: tuple[str, ...] = (
     "tests/interop/test_mixed_ha_group.py",
     "tests/interop/test_java_ha_deltas.py",
     "tests/spark/test_failover_streaming.py",
+)
+ALONE_PATHS: tuple[str, ...] = (
+    "tests/broker/test_loop_monitor.py",
+    "tests/remoting/test_hostile_clients.py",
     "tests/controller/test_admin.py",
     "tests/integration/test_ha_replication.py",
     "tests/unit/test_host_pauses.py",
@@ -53,5 +59,9 @@ SERIAL_PATHS: tuple[str, ...] = (
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    if item.path.relative_to(item.config.rootpath).as_posix().startswith(SERIAL_PATHS):
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    if path.startswith(ALONE_PATHS):
+        item.add_marker(pytest.mark.alone)
+        item.add_marker(pytest.mark.serial)
+    elif path.startswith(SERIAL_PATHS):
         item.add_marker(pytest.mark.serial)
