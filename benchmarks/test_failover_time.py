@@ -40,10 +40,13 @@ What is measured (printed, never asserted: single-digit samples on a shared 2-co
 Order. Tuned timings: the pyrmq group alone (SIGSTOP trials, then kill -9 trials: the restarts
 of Java brokers cost most), stopped, then the Java group alone; per-trial lines are printed as
 they come. Default timings: the Java group produces alone, then the pyrmq group (the Java group
-idle beside it: a handicap for pyrmq, if any), then both groups' SIGSTOP trials run at the same
-time, each on its own thread. A default-timing failover is the 10 s heartbeat timeout plus up
-to a 5 s scan period: milliseconds of CPU contention are lost in that, while ten sequential
-trials of each group would cost CI some six minutes more.
+idle beside it: a handicap for pyrmq, if any), then the SIGSTOP trials run at the same time,
+each group on its own thread: the Java group's, and pyrmq's in two groups (the first five
+trials in the produce group, the other five in a second group of the same settings, started
+then). A default-timing failover is the 10 s heartbeat timeout plus up to a 5 s scan period:
+milliseconds of CPU contention are lost in that, while ten sequential trials of each group
+would cost CI some six minutes more, and pyrmq's ten in one group some 75 s more (its trials,
+about 15 s each, were the longest thread).
 """
 
 from __future__ import annotations
@@ -89,7 +92,10 @@ TRIALS: Final = int(os.environ.get("PYRMQ_FAILOVER_TRIALS", "10"))
 SEED: Final = int(os.environ.get("PYRMQ_SEED", random.randrange(2**32)))
 PEER_TRIALS: Final = int(os.environ.get("PYRMQ_FAILOVER_PEER_TRIALS", "3"))
 SETTLE_TIMEOUT_S: Final = 120.0
-HEAL_AFTER_S: Final = 30.0  # pyrmq settles within seconds; see settled_master
+# pyrmq settles within seconds (see settled_master); a Java member that heals by itself does
+# within 1.2-6.1 s (REJOIN_TIMEOUT_S), and one that did not in 30 s was the default-timing run's
+# longest thread (2026-12-02): 15 s, then a restart.
+HEAL_AFTER_S: Final = 15.0
 # pyrmq rejoins in 0.1-1 s; a resumed Java 5.5.0 master in 1.3-6 s when it does (often not).
 REJOIN_TIMEOUT_S: Final = 10.0
 PROBE_INTERVAL_S: Final = 0.02
@@ -150,6 +156,10 @@ class Resumed:
     lost: int = 0  # SUCCESS answers whose message the new master does not hold
     rejoined_s: list[float] = field(default_factory=list)  # its answers to back in the set
     restarted: int = 0  # did not rejoin within REJOIN_TIMEOUT_S: restarted
+
+    def merged(self, other: Resumed) -> Resumed:
+        return Resumed(self.answers + other.answers, self.lost + other.lost,
+                       self.rejoined_s + other.rejoined_s, self.restarted + other.restarted)
 
     def describe(self) -> str:
         answers = ", ".join(f"{name} x{count}" for name, count in sorted(self.answers.items()))
@@ -283,20 +293,27 @@ async def resume(master: Member, acked: list[tuple[bytes, int]]) -> list[object]
     return answers
 
 
-async def sigstop_trials(group: Group, count: int, resumed: Resumed, name: str) -> list[float]:
-    """Each stop comes at a random moment of the controller's scan period (SEED: the same
-    moments for both groups). A trial begins when the previous one has settled, at much the
-    same point of a scan every time: ten default-timing trials of a controller that found
-    expired heartbeats at its 5 s scan (pyrmq's, before it checked at each deadline) were
-    13.9-14.9 s but one, the scan's phase measured rather than the failover. The Java group's
-    were 12.6-13.1 s with and without this."""
+def scan_phases(timings: Timings, first: int, count: int) -> list[float]:
+    """Trials `first` to `first + count - 1` of SEED's draws: when in the controller's scan
+    period each stop comes (the same draws for every group)."""
+    scan_s = timings.controller["scanNotActiveBrokerInterval"] / 1000
+    draws = random.Random(SEED)
+    return [draws.uniform(0, scan_s) for _ in range(first + count)][first:]
+
+
+async def sigstop_trials(group: Group, count: int, resumed: Resumed, name: str,
+                         first: int = 0) -> list[float]:
+    """Trials `first` to `first + count - 1`: each stop comes at a random moment of the
+    controller's scan period (`scan_phases`). A trial begins when the previous one has
+    settled, at much the same point of a scan every time: ten default-timing trials of a
+    controller that found expired heartbeats at its 5 s scan (pyrmq's, before it checked at
+    each deadline) were 13.9-14.9 s but one, the scan's phase measured rather than the
+    failover. The Java group's were 12.6-13.1 s with and without this."""
     times: list[float] = []
-    scan_s = group.timings.controller["scanNotActiveBrokerInterval"] / 1000
-    phases = random.Random(SEED)
-    for trial in range(count):
+    for trial, phase in enumerate(scan_phases(group.timings, first, count), start=first):
         master = await settled_master(group, name)
         others = [m for m in group.members if m is not master]
-        await asyncio.sleep(phases.uniform(0, scan_s))
+        await asyncio.sleep(phase)
         os.kill(master.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         acked: list[tuple[bytes, int]] = []
@@ -439,15 +456,16 @@ def run_tuned(base: Path) -> tuple[Figures, Figures]:
     return ours, theirs
 
 
-def sigstop_side_by_side(groups: Sequence[tuple[Group, str, int]]
+def sigstop_side_by_side(groups: Sequence[tuple[Group, str, int, int]]
                          ) -> list[tuple[list[float], Resumed]]:
-    """The SIGSTOP trials of each (group, name, trials), each on a thread of its own, all at the
-    same time. The threads live until every group is done: a broker restarted on one dies with
-    it (PR_SET_PDEATHSIG)."""
+    """The SIGSTOP trials of each (group, name, first trial, trials), each on a thread of its
+    own, all at the same time. The threads live until every group is done: a broker restarted
+    on one dies with it (PR_SET_PDEATHSIG)."""
 
-    def trials_of(group: Group, name: str, count: int) -> tuple[list[float], Resumed]:
+    def trials_of(group: Group, name: str, first: int, count: int
+                  ) -> tuple[list[float], Resumed]:
         resumed = Resumed()
-        return asyncio.run(sigstop_trials(group, count, resumed, name)), resumed
+        return asyncio.run(sigstop_trials(group, count, resumed, name, first)), resumed
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         running = [pool.submit(trials_of, *group) for group in groups]
@@ -457,20 +475,25 @@ def sigstop_side_by_side(groups: Sequence[tuple[Group, str, int]]
 def run_default(base: Path) -> tuple[Figures, Figures]:
     """DEFAULT: the Java group (G1 and C2 with a 1 GiB heap, as in
     benchmarks/test_broker_throughput.py) produces alone, then the pyrmq group beside the idle
-    Java group; then both groups' SIGSTOP trials side by side."""
+    Java group; then the SIGSTOP trials side by side: the Java group's, and pyrmq's in two
+    groups of the same settings (the produce group and a second one), half the trials each."""
     started = time.monotonic()
     with JavaEnv.of_version(NEWEST, base / "java") as java:
         java_side = java_group(java, base / "java", DEFAULT, tuned_jvm=True)
         theirs_produced = produce(java, java_side, "java")
         print(f"java: produce {theirs_produced.describe('java', 'master')}", flush=True)
-        with PyrmqEnv(base / "pyrmq") as env:
+        with PyrmqEnv(base / "pyrmq") as env, PyrmqEnv(base / "pyrmq-2") as env_2:
             our_side = pyrmq_group(env, base / "pyrmq", DEFAULT)
             ours_produced = produce(java, our_side, "pyrmq")
             print(f"pyrmq: produce {ours_produced.describe('pyrmq', 'master')}", flush=True)
-            (our_stops, our_resumed), (their_stops, their_resumed) = sigstop_side_by_side(
-                [(our_side, "pyrmq", TRIALS), (java_side, "java", PEER_TRIALS)])
+            our_second = pyrmq_group(env_2, base / "pyrmq-2", DEFAULT)
+            half = (TRIALS + 1) // 2
+            (stops, resumed), (stops_2, resumed_2), (their_stops, their_resumed) = \
+                sigstop_side_by_side([(our_side, "pyrmq", 0, half),
+                                      (our_second, "pyrmq group 2", half, TRIALS - half),
+                                      (java_side, "java", 0, PEER_TRIALS)])
     seconds = time.monotonic() - started
-    return (Figures([], our_stops, our_resumed, ours_produced, seconds),
+    return (Figures([], stops + stops_2, resumed.merged(resumed_2), ours_produced, seconds),
             Figures([], their_stops, their_resumed, theirs_produced, seconds))
 
 
@@ -514,7 +537,8 @@ def default_timings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Figures, 
     """Both groups with DEFAULT timings: replicated produce, then SIGSTOP trials side by side."""
     ours, theirs = run_default(tmp_path_factory.mktemp("failover-default"))
     record(f"controller-mode groups, {DEFAULT.name}: produce each, then SIGSTOP trials ({TRIALS} "
-           f"pyrmq, {PEER_TRIALS} RocketMQ {NEWEST}) side by side, {ours.seconds:.0f} s")
+           f"pyrmq in two groups, {PEER_TRIALS} RocketMQ {NEWEST}) side by side, "
+           f"{ours.seconds:.0f} s")
     return ours, theirs
 
 
