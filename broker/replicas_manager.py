@@ -21,9 +21,10 @@ RPCs). It:
   once the controller has accepted it (or a poll shows it);
 - keeps a master lease (M17): while master, every heartbeat round is followed, on the same
   connections, by GET_REPLICA_INFO to the leader and CONTROLLER_GET_METADATA_INFO to every
-  controller; the leader naming this broker master at its epoch, or a majority answering,
-  renews the lease from the heartbeat's send time. `write_refusal()` (checked by the send path
-  before every append) refuses sends once the lease has run out.
+  controller; the leader naming this broker master at its epoch, or a majority answering
+  while the lease still held, renews the lease from the heartbeat's send time.
+  `write_refusal()` (checked by the send path before every append) refuses sends once the
+  lease has run out.
 
 Slave metadata sync (topics, subscription groups, offsets; M11) is not here: the node gives a
 `SlaveSync` hook, started with the master's address on becoming slave and stopped on becoming
@@ -323,7 +324,7 @@ class ReplicasManager:
         current = self.role
         if current is not None and current.is_master and lease_renews(
                 named_master=named_master, answered=answered,
-                controllers=len(self.client.addrs)):
+                controllers=len(self.client.addrs), lapsed=not self.lease.valid(sent_at)):
             self.lease.renew(sent_at)
         if leader is None or leader in failed:
             # The leader is gone: look the next one up now rather than at the next refresh.

@@ -175,15 +175,19 @@ def default_lease_ms(controller_heart_beat_timeout_ms: int) -> int:
     return max(1, controller_heart_beat_timeout_ms // 2)
 
 
-def lease_renews(*, named_master: bool | None, answered: int, controllers: int) -> bool:
+def lease_renews(*, named_master: bool | None, answered: int, controllers: int,
+                 lapsed: bool) -> bool:
     """M17: does a master's heartbeat round renew its lease? `named_master` is what the leader's
     replica info said (True: this broker at its epoch; False: another master or epoch, i.e.
     deposed; None: no answer). The leader naming it renews; a majority of controllers answering
-    renews only when the leader did not name another master (it keeps the lease through a
-    controller leader failover, never past a deposition)."""
+    renews only when the leader did not name another master and the lease had not `lapsed` by
+    the round's send time (it keeps the lease through a controller leader failover, never past
+    a deposition). A lapsed lease is renewed by the leader alone: a controller that reads a
+    heartbeat cannot time this broker out before that heartbeat's timeout, but once the
+    broker's contact had lapsed (a pause, say) it may have done so already."""
     if named_master is not None:
         return named_master
-    return answered > controllers // 2
+    return not lapsed and answered > controllers // 2
 
 
 @dataclass(slots=True)

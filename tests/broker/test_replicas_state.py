@@ -147,20 +147,26 @@ def test_lease_and_hold_bracket_the_controllers_heartbeat_timeout(timeout_ms: in
     assert lost_committed_hold_ms(timeout_ms) > timeout_ms  # M9: past the timeout and scans
 
 
-# (what the leader's replica info said of this master, controllers answering, controllers, renews)
+# (what the leader's replica info said of this master, controllers answering, controllers,
+#  the lease had lapsed at the round's send time, renews)
 LEASE_RENEWALS = [
-    (True, 1, 3, True),     # the leader names it master at its epoch
-    (True, 0, 1, True),
-    (None, 2, 3, True),     # no leader answer: a majority keeps it (controller leader failover)
-    (None, 1, 3, False),    # no majority
-    (None, 1, 1, True),
-    (False, 3, 3, False),   # deposed: another master or epoch; a majority must not renew it
-    (False, 1, 1, False),
+    (True, 1, 3, False, True),    # the leader names it master at its epoch
+    (True, 0, 1, False, True),
+    (True, 0, 1, True, True),     # lapsed: the leader's word alone renews it
+    (None, 2, 3, False, True),    # no leader answer: a majority keeps it (leader failover)
+    (None, 1, 3, False, False),   # no majority
+    (None, 1, 1, False, True),
+    (None, 3, 3, True, False),    # lapsed: it may have been deposed meanwhile
+    (None, 1, 1, True, False),
+    (False, 3, 3, False, False),  # deposed: another master or epoch; a majority must not renew it
+    (False, 1, 1, False, False),
 ]
 
 
-@pytest.mark.parametrize(("named_master", "answered", "controllers", "renews"), LEASE_RENEWALS)
+@pytest.mark.parametrize(("named_master", "answered", "controllers", "lapsed", "renews"),
+                         LEASE_RENEWALS)
 def test_a_heartbeat_round_renews_the_lease_only_while_not_deposed(
-        named_master: bool | None, answered: int, controllers: int, renews: bool) -> None:
-    assert lease_renews(named_master=named_master, answered=answered,
-                        controllers=controllers) is renews
+        named_master: bool | None, answered: int, controllers: int, lapsed: bool,
+        renews: bool) -> None:
+    assert lease_renews(named_master=named_master, answered=answered, controllers=controllers,
+                        lapsed=lapsed) is renews
