@@ -4,7 +4,7 @@
 # tests not marked serial as two pytest streams side by side, then the serial (timing-dependent)
 # tests: the `alone` ones by themselves, then the rest as the same two streams. Stream A runs the
 # JVM tests (tests/interop, tests/spark) of the reference release; stream B the Python-only
-# tests, then the interop tests of the other releases and one Spark test (the Python-only tests
+# tests, then the interop tests of the other releases and a Spark test (the Python-only tests
 # take a third of stream A's time: stream B would idle for the rest). So for a while two JVM
 # tests run at once, never more. The benchmarks run last, alone and serially: they measure speed.
 set -euo pipefail
@@ -22,23 +22,24 @@ run() {  # one pytest run; exit status 5 (nothing selected in this part) is no f
 # (the reference) in tests/interop/build.py ROCKETMQ_VERSIONS, as a pytest -k expression.
 others=$(.venv/bin/python -c 'from tests.interop.build import ROCKETMQ_VERSIONS as v
 print(" or ".join(f"rocketmq-{r}" for r in v[1:]) or "no-other-release")')
-# Spark's worked example runs at the end of stream B, not in stream A: the two streams of the
-# first pass then end within a minute of each other (A took 9.5 min, B 8 min, 2026-12-02).
-moved=tests/spark/test_example.py
+# Two Spark tests run at the end of stream B, not in stream A, so that the two streams end
+# together: the worked example in the first pass (A took 9.8 min, B 7.8, 2026-12-02), the
+# failover streaming test in the serial pass.
+moved=(tests/spark/test_example.py tests/spark/test_failover_streaming.py)
 # One pass: stream A in the background beside stream B, then stream A's output (its own log).
 two_streams() {  # <label> <pytest options, e.g. -m ...>
     local label=$1 jvm_log jvm
     shift
     jvm_log=$(mktemp)
     echo "== pytest, $label: stream A (JVM tests of the reference release, Spark) beside stream B"
-    run --durations=20 -k "not ($others)" tests/interop tests/spark --ignore="$moved" "$@" \
-        >"$jvm_log" 2>&1 &
+    run --durations=20 -k "not ($others)" tests/interop tests/spark "${moved[@]/#/--ignore=}" \
+        "$@" >"$jvm_log" 2>&1 &
     jvm=$!
     echo "== pytest, $label: stream B (Python-only tests, the other releases' interop tests," \
-        "$moved)"
+        "${moved[*]})"
     run --durations=20 tests --ignore=tests/interop --ignore=tests/spark "$@" || failed=1
     run --durations=10 -k "$others" tests/interop "$@" || failed=1
-    run "$moved" "$@" || failed=1
+    run "${moved[@]}" "$@" || failed=1
     wait "$jvm" || failed=1
     echo "== pytest, $label: stream A (ran alongside)"
     cat "$jvm_log"

@@ -36,25 +36,27 @@ def pytest_asyncio_loop_factories(
 # tests/spark) of the reference release, the other the Python-only tests and then the other
 # releases' interop tests, so never more than two JVM tests at once. The second pass runs the
 # `serial` tests, those whose outcome or printed figures depend on timing: first the `alone`
-# ones with nothing beside them (they time the event loop, the host or a close deadline), then
-# the rest as the same two streams. Those wait on heartbeats, leases and elections: alone, the
-# serial pass kept the machine 38 % busy (vmstat, 2026-12-02), so one beside another still
-# has most of a core.
+# ones with nothing beside them, then the rest as the same two streams. Those wait on
+# heartbeats, leases and elections: alone, the serial pass kept the machine 38 % busy (vmstat,
+# 2026-12-02), so one beside another still has most of a core.
 SERIAL_PATHS: tuple[str, ...] = (
     "tests/integration/test_embedded_controller_failover.py",
     "tests/integration/test_ha_processes.py",
     "tests/interop/test_controller_mode.py",
-    "tests/interop/test_java_brokers_pyrmq_controller.py",
-    "tests/interop/test_mixed_ha_group.py",
-    "tests/interop/test_java_ha_deltas.py",
+    "tests/interop/test_java_ha_deltas.py",  # its controller's timeout is 6 s
     "tests/spark/test_failover_streaming.py",
 )
 ALONE_PATHS: tuple[str, ...] = (
+    # They time the event loop, the host or a close deadline.
     "tests/broker/test_loop_monitor.py",
     "tests/remoting/test_hostile_clients.py",
     "tests/controller/test_admin.py",
     "tests/integration/test_ha_replication.py",
     "tests/unit/test_host_pauses.py",
+    # Their Java brokers heartbeat with a 3 s timeout: beside another JVM test, a Java master's
+    # heartbeats ran late and the controller elected its slave (2026-12-02).
+    "tests/interop/test_java_brokers_pyrmq_controller.py",
+    "tests/interop/test_mixed_ha_group.py",
 )
 
 
