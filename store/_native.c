@@ -918,11 +918,15 @@ native_records_surely_valid(PyObject *module, PyObject *const *args, Py_ssize_t 
         goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     const int64_t *pos = positions.buf, *size = sizes.buf;
-    Py_BEGIN_ALLOW_THREADS /* recovery checks a whole segment in one call */
+    /* Recovery checks a whole segment in one call: without the GIL. A pull's few records are
+     * microseconds of work, and the event loop that lets the GIL go may wait for a worker
+     * thread's turn to get it back. */
+    PyThreadState *released = count > 1024 ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < count; i++)
         out[i] = (uint8_t)record_surely_valid(buf.buf, buf.len, pos[i], size[i],
                                               file_from_offset + pos[i], verify_prop_crc);
-    Py_END_ALLOW_THREADS
+    if (released != NULL)
+        PyEval_RestoreThread(released);
 done:
     buffers_release(&held);
     return result;

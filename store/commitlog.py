@@ -445,6 +445,38 @@ class CommitLog:
             for phy, size, ok in zip(phy_offsets, sizes, surely, strict=True)
         ]
 
+    def read_records_joined(self, phy_offsets: list[int], sizes: list[int]) -> bytes:
+        """The records of `read_records`, one after another, as one `bytes` (a pull's body).
+
+        A pull's records mostly lie in a few contiguous runs (a producer's batch is one run):
+        once the C check finds them all sound, each run is one copy out of the mapping, not one
+        per record plus the join."""
+        if not phy_offsets:
+            return b""
+        mapped = self.files.find(phy_offsets[0]) if _native is not None else None
+        if mapped is None or phy_offsets[-1] + sizes[-1] > mapped.max_offset:
+            return b"".join(self.read_records(phy_offsets, sizes))
+        base = mapped.file_from_offset
+        surely = _native.records_surely_valid(
+            mapped.buf, np.array(phy_offsets, dtype=np.int64) - base,
+            np.array(sizes, dtype=np.int64), base, self.config.force_verify_prop_crc,
+        )
+        if surely.count(0):
+            return b"".join(self.read_records(phy_offsets, sizes))
+        buf = mapped.buf
+        start = phy_offsets[0]
+        end = start + sizes[0]
+        runs: list[bytes] = []
+        for phy, size in zip(phy_offsets[1:], sizes[1:], strict=True):
+            if phy != end:
+                runs.append(buf[start - base : end - base])
+                start = phy
+            end = phy + size
+        if not runs:
+            return buf[start - base : end - base]
+        runs.append(buf[start - base : end - base])
+        return b"".join(runs)
+
     # ---------------------------------------------------------------- durability
 
     def flush(self, least_pages: int = 0) -> int:

@@ -36,7 +36,7 @@ from store import testhooks
 from store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
 from store.commitlog import HALF_WRITE_FAULT, CommitLog
 from store.config import FlushDiskType, StoreConfig
-from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import Dispatcher
 from store.epoch_cache import EpochCache
@@ -66,6 +66,7 @@ from store.transaction_type import (
     batch_transaction_error,
     takes_queue_offset,
 )
+from store.unit_selection import select_units
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +166,25 @@ class GetStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class GetMessageResult:
-    """Records found for a pull: `messages` are whole, verified records in queue order."""
+    """Records found for a pull: `body` is whole, verified records in queue order, one after
+    another (a pull response's body as it goes out), `sizes` their sizes."""
 
     status: GetStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[bytes]
+    body: bytes
+    sizes: list[int]
     queue_offsets: list[int]
+
+    @property
+    def messages(self) -> list[bytes]:
+        """Each record on its own."""
+        out, start = [], 0
+        for size in self.sizes:
+            out.append(self.body[start : start + size])
+            start += size
+        return out
 
 
 class MessageStore:
@@ -1033,46 +1045,44 @@ class MessageStore:
         """
         queue = self.consume_queues.get(topic, queue_id)
         if queue is None:
-            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, [], [])
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, b"", [], [])
         low, high = queue.min_offset, queue.max_offset
         if high == 0:
-            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high, [], [])
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high, b"", [], [])
         if offset < low:
-            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, low, low, high, [], [])
+            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, low, low, high, b"", [], [])
         if offset == high:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high, [], [])
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high, b"", [], [])
         if offset > high:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high, [], [])
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high, b"", [], [])
+        min_phy = self.commitlog.min_phy_offset
         phys: list[int] = []
         sizes: list[int] = []
         offsets: list[int] = []
         total = 0
         next_offset = offset
-        min_phy = self.commitlog.min_phy_offset
         while next_offset < high and len(phys) < max_count:
-            units = queue.units(next_offset, max_count - len(phys))
+            units = queue.units(next_offset, max_count - len(phys))  # within one queue file
             if not len(units):
                 break
-            for phy, size, tags in units.tolist():
-                if size == FILLER_SIZE or phy < min_phy:
-                    next_offset += 1
-                    continue
-                if tags_codes is not None and tags not in tags_codes:
-                    next_offset += 1
-                    continue
-                if phys and total + size > max_bytes:
-                    break
-                phys.append(phy)
-                sizes.append(size)
-                offsets.append(next_offset)
-                total += size
-                next_offset += 1
-            else:
-                continue
-            break
-        messages = self.commitlog.read_records(phys, sizes)  # verified: damage raises
-        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, next_offset, low, high, messages, offsets)
+            chosen = select_units(
+                units["phy_offset"].tolist(), units["size"].tolist(),
+                None if tags_codes is None else units["tags_code"].tolist(),
+                min_phy_offset=min_phy, tags_codes=tags_codes, total_bytes=total,
+                max_bytes=max_bytes, first_of_pull=not phys,
+            )
+            phys += chosen.phys
+            sizes += chosen.sizes
+            offsets += [next_offset + index for index in chosen.picked]
+            total = chosen.total_bytes
+            next_offset += chosen.passed
+            if chosen.full:
+                break
+        if not phys:
+            return GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, next_offset, low, high, b"",
+                                    [], [])
+        body = self.commitlog.read_records_joined(phys, sizes)  # verified: damage raises
+        return GetMessageResult(GetStatus.FOUND, next_offset, low, high, body, sizes, offsets)
 
     def read_record_at(self, phy_offset: int) -> bytes | None:
         """The verified record starting at commitlog `phy_offset` (a message id's offset): one

@@ -224,9 +224,9 @@ class PullProcessor:
         )
         body = b""
         if code == ResponseCode.SUCCESS:
-            body = b"".join(result.messages)
+            body = result.body
             self._metrics.message_out(
-                header.topic, header.consumer_group, count=len(result.messages),
+                header.topic, header.consumer_group, count=len(result.sizes),
                 bytes_out=len(body), is_system=self._topics.is_system_topic(header.topic),
             )
         return request.make_response(code, remark=result.status.value,

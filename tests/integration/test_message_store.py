@@ -201,6 +201,31 @@ def test_read_of_a_damaged_record_raises_and_serves_nothing(store: MessageStore)
         store.get_messages("TopicTest", 0, 0, max_count=1)
 
 
+def test_a_pull_across_batches_is_its_records_in_order_and_damage_in_a_run_raises(
+    store: MessageStore,
+) -> None:
+    # Batches of 5 to queue 0 with queue 1's between them: a pull of 12 is three runs.
+    for n in range(3):
+        store.append_batch(batch([f"q0-{n}-{i}".encode() for i in range(5)], queue_id=0))
+        store.append_batch(batch([b"other"] * 3, queue_id=1))
+    result = store.get_messages("TopicTest", 0, 1, max_count=12)
+    assert result.status is GetStatus.FOUND
+    assert result.queue_offsets == list(range(1, 13))
+    assert [decode_record(m).body for m in result.messages] == \
+        [f"q0-{n}-{i}".encode() for n in range(3) for i in range(5)][1:13]
+    queue = store.queue("TopicTest", 0)
+    assert queue is not None
+    units = queue.units(1, 12)
+    assert result.body == b"".join(store.commitlog.read_record(phy, size)
+                                   for phy, size, _ in units.tolist())
+    assert result.sizes == units["size"].tolist()
+    # One byte of a record in the middle of the second run: the pull serves nothing.
+    phy, size, _ = units[7].tolist()
+    store.commitlog.files.files[0].buf[phy + size - 3] ^= 0xFF
+    with pytest.raises(RecordCorruptError, match=f"commitlog record at {phy}"):
+        store.get_messages("TopicTest", 0, 1, max_count=12)
+
+
 def test_offset_by_time_finds_the_first_message_at_or_after(tmp_path: Path) -> None:
     clock = [1_000]
     store = MessageStore(small_config(tmp_path / "s"), wall_ms=lambda: clock[0])
