@@ -106,7 +106,10 @@ def dump_fastjson(value: JSONValue) -> str:
     """Compact JSON text for `value`, as fastjson writes it; dict keys keep their order.
     Raises ValueError for a float that is not finite (JSON has no NaN or infinity)."""
     text: str = _STANDARD_ENCODER.encode(value)
-    if _ESCAPED_DIFFERENTLY.search(text) is None:
+    # The regex scans at some 8 ns a character, as long as the encoding itself for a header:
+    # in ASCII text (nearly every header) only a `\u00` escape can match, and a substring
+    # search rules that out in a tenth of the time.
+    if (text.isascii() and "\\u00" not in text) or _ESCAPED_DIFFERENTLY.search(text) is None:
         return text
     parts: list[str] = []
     _dump_into(value, parts)

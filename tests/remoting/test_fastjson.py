@@ -57,7 +57,19 @@ JSON_VALUES = st.recursive(
 )
 
 
-@given(value=JSON_VALUES)
+# ASCII text, controls and all: the fast writer's cheaper check of ASCII output.
+ASCII_VALUES = st.recursive(
+    st.text(st.characters(max_codepoint=0x7F), max_size=12),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(st.characters(max_codepoint=0x7F), max_size=8), children,
+                          max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+@given(value=JSON_VALUES | ASCII_VALUES)
 def test_fast_writer_equals_the_exact_slow_writer(value: JSONValue) -> None:
     assert dump_fastjson(value) == slow_dump(value)
 
