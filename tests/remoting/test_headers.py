@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from remoting.errors import HeaderFieldError
+from remoting.fastjson import java_int
 from remoting.headers import (
     BoundaryType,
     CommandHeader,
@@ -348,3 +349,30 @@ def test_unknown_keys_are_ignored() -> None:
     fields = {"consumerGroup": "CG", "AccessKey": "", "Signature": "", "OnsChannel": "ALIYUN"}
     header = NotifyConsumerIdsChangedRequestHeader.from_ext_fields(fields)
     assert header == NotifyConsumerIdsChangedRequestHeader(consumer_group="CG")
+
+
+# Number texts near every rule of Java's parseInt / parseLong: plain digits of any length
+# (the fast path reads those that always fit), signs, leading zeros, blanks, non-ASCII
+# decimal digits (Java reads those of the BMP), a superscript and a supplementary-plane digit
+# (Python's isdigit() says yes to both, Java to neither).
+NUMBER_TEXTS = (
+    st.text(st.sampled_from("0123456789"), max_size=21)
+    | st.text(st.sampled_from("0123456789+-_ \u0661\uff10\u00b2\U0001d7ce"), max_size=21)
+    | st.integers(-(2**64), 2**64).map(str)
+)
+
+
+@given(text=NUMBER_TEXTS)
+@example(text="2147483648")  # one past int32: ten digits
+@example(text="9223372036854775808")  # one past int64: nineteen digits
+def test_a_number_field_reads_as_javas_parser_reads_it(text: str) -> None:
+    for header, fields, key, attr, bits in (
+        (GetMaxOffsetRequestHeader, {"topic": "T"}, "queueId", "queue_id", 32),
+        (QueryConsumerOffsetResponseHeader, {}, "offset", "offset", 64),
+    ):
+        expected = java_int(text, bits=bits)
+        if expected is None:
+            with pytest.raises(HeaderFieldError):
+                header.from_ext_fields({**fields, key: text})
+        else:
+            assert getattr(header.from_ext_fields({**fields, key: text}), attr) == expected
