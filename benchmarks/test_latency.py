@@ -57,6 +57,7 @@ from typing import Final
 import pytest
 
 from benchmarks.conftest import record
+from benchmarks.cpu_intervals import CpuSample, CpuSampler, CpuShares, shares_between
 from benchmarks.host_pauses import (
     SLOW_SPEED,
     HostPauseProbes,
@@ -221,6 +222,10 @@ class Run:
     held: bool = True
     # The window in wall-clock time (to line it up with the host's pauses).
     window_unix_s: tuple[float, float] = (0.0, 0.0)
+    # The CPU samples taken through the run, and the monotonic time of the load generator's
+    # time 0 (its INTERVAL lines count from it): the window opened WARMUP_S after it.
+    cpu_samples: tuple[CpuSample, ...] = ()
+    clock_start_s: float = 0.0
 
     @property
     def publish(self) -> Latencies | None:
@@ -229,6 +234,38 @@ class Run:
     @property
     def e2e(self) -> Latencies | None:
         return Latencies.of(self.result.get("e2e"))
+
+    def interval_shares(self, line: str) -> CpuShares | None:
+        """Where the CPU went in the REPORT_S seconds an INTERVAL line covers."""
+        end_s = self.clock_start_s + float(line.split()[1])
+        return shares_between(self.cpu_samples, end_s - REPORT_S, end_s)
+
+    def window_intervals(self) -> list[tuple[float, float, CpuShares | None]]:
+        """The measured window's intervals: (their end in s from the load generator's time 0,
+        publish p99 ms, the CPU shares)."""
+        out = []
+        for line in self.intervals:
+            fields = line.split()
+            end_s, publish_p99_ms = float(fields[1]), float(fields[2])
+            if WARMUP_S < end_s <= WARMUP_S + WINDOW_S:
+                out.append((end_s, publish_p99_ms, self.interval_shares(line)))
+        return out
+
+    def cpu_text(self) -> str:
+        """The window's slowest interval (highest publish p99) with its CPU shares, and the
+        range of the loop thread's time on a CPU over the window's intervals."""
+        intervals = self.window_intervals()
+        if not intervals:
+            return "no interval measured"
+        end_s, p99_ms, shares = max(intervals, key=lambda interval: interval[1])
+        text = (f"its slowest {REPORT_S} s interval (to t={end_s:.0f} s, publish p99 "
+                f"{p99_ms:.1f} ms): {'not sampled' if shares is None else shares.text()}")
+        loop = [shares.loop_on_cpu for _, _, shares in intervals
+                if shares is not None and shares.loop_on_cpu is not None]
+        if loop:
+            text += (f"; the loop on a CPU {100 * min(loop):.0f}-{100 * max(loop):.0f} % "
+                     "in its intervals")
+        return text
 
     def counts(self) -> str:
         if not self.held:
@@ -312,10 +349,12 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
 
 def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, rate: int,
                       name: str, broker_log: Callable[[], str] = str,
-                      options: Mapping[str, int | str] | None = None) -> Run:
+                      options: Mapping[str, int | str] | None = None, *,
+                      loop_tid: int | None = None) -> Run:
     """LatencyBench to its end; raises (with its output) if it fails or outlives its windows
     without a result (one printed but not followed by an exit is used, the process killed).
-    `broker_log` reads the broker's log: what it wrote during the window is kept."""
+    `broker_log` reads the broker's log: what it wrote during the window is kept. `loop_tid`:
+    the broker's event-loop thread, whose CPU each interval reports (pyrmq's main thread)."""
     opts: dict[str, int | str] = {
         "rate": rate, "body-bytes": BODY_BYTES, "warmup-s": WARMUP_S, "ramp-s": RAMP_S,
         "duration-s": WINDOW_S,
@@ -330,6 +369,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
         name=name, heap_mb=CLIENT_HEAP_MB, sysprops=CLIENT_SYSPROPS, jvm_args=JVM_ARGS,
         nice=LOAD_GENERATOR_NICE,
     )
+    sampler = CpuSampler(broker_pid, process.pid, loop_tid=loop_tid).start()
     try:
         deadline = time.monotonic() + timeout_s
         process.wait_for_stdout("(?m)^WINDOW_OPEN$", timeout_s=timeout_s)
@@ -359,6 +399,7 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
             # broker's at 45,000 msg/s in a busy hour, out of heap). What it printed is used.
             exited, code = False, 0
     finally:
+        cpu_samples = sampler.stop()
         process.kill()
     assert code == 0, process.diagnostics()
     if not exited:
@@ -371,14 +412,17 @@ def run_latency_bench(env: JavaEnv, namesrv: str, broker_pid: int, topic: str, r
                f"{busiest(machine_opened[1], machine_closed[1], seconds)}; the host took "
                f"{1000 * (machine_closed[2] - machine_opened[2]):.0f} ms of CPU time")
     intervals = [line for line in out.splitlines() if line.startswith("INTERVAL")]
+    clock_start_s = opened[1] - float(opts["warmup-s"])
     if not held:
         print(f"\n{name} did not hold {rate} msg/s:\n{process.diagnostics()}")
         return Run({}, cpu_pct, intervals, window_log, machine, held=False,
-                   window_unix_s=window_unix_s)
+                   window_unix_s=window_unix_s, cpu_samples=cpu_samples,
+                   clock_start_s=clock_start_s)
     result = last_json_line(out, what=name)
     if not result["acked"] or not result["received"]:
         print(f"\n{name} measured nothing (see its counts):\n{process.diagnostics()}")
-    return Run(result, cpu_pct, intervals, window_log, machine, window_unix_s=window_unix_s)
+    return Run(result, cpu_pct, intervals, window_log, machine, window_unix_s=window_unix_s,
+               cpu_samples=cpu_samples, clock_start_s=clock_start_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,7 +506,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     with paused((brokers.java_namesrv.process.pid, brokers.java_broker.process.pid)):
         ours = run_latency_bench(brokers.java_env, brokers.pyrmq_namesrv.addr,
                                  brokers.pyrmq_broker.pid, topic, rate, f"pyrmq-{rate}",
-                                 broker_log=brokers.pyrmq_broker.log)
+                                 broker_log=brokers.pyrmq_broker.log,
+                                 loop_tid=brokers.pyrmq_broker.pid)
     # Stalls inside the window only: resuming from a pause (while the peer ran) reads as one.
     host = brokers.host_pauses.records()
     our_pauses = host.pauses(*ours.window_unix_s)
@@ -491,10 +536,15 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     record(f"    the host (probes on every CPU): in pyrmq's window {summary(our_pauses)}, "
            f"{our_speed}; in {peer}'s {summary(their_pauses)}, {their_speed}")
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
-    print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received):")
+    # Where the CPU went when the tail rose (issue 16: show where one core's budget limits).
+    record(f"    CPU: pyrmq {ours.cpu_text()}; {peer} {theirs.cpu_text()}")
+    print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received; "
+          "the CPU used in them, of one core):")
     for name, run in (("pyrmq", ours), (peer, theirs)):
         for line in run.intervals:
-            print(f"      {name} {line.removeprefix('INTERVAL ')}")
+            shares = run.interval_shares(line)
+            print(f"      {name} {line.removeprefix('INTERVAL ')}"
+                  + ("" if shares is None else f"; {shares.text()}"))
     # A run must measure something: at some rate at least one broker kept up enough to have
     # sends acknowledged and consumed (else the benchmark itself, or this machine, is broken).
     # A higher rate that neither holds, once a lower one has measured, is this machine's limit
