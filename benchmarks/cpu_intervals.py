@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from benchmarks.peers import machine_busy_seconds, process_cpu_seconds
@@ -66,7 +65,8 @@ class CpuShares:
                 f"{100 * self.load_generator:.0f} %, machine {100 * self.machine:.0f} %")
 
 
-def _nearest(samples: Sequence[CpuSample], times: Sequence[float], at_s: float) -> int:
+def _nearest(times: Sequence[float], at_s: float) -> int:
+    """The index of the time nearest to `at_s` in `times` (ascending, not empty)."""
     index = bisect.bisect_left(times, at_s)
     if index == len(times):
         return index - 1
@@ -83,8 +83,8 @@ def shares_between(samples: Sequence[CpuSample], start_s: float, end_s: float, *
     if not samples or end_s <= start_s:
         return None
     times = [sample.at_s for sample in samples]
-    first = samples[_nearest(samples, times, start_s)]
-    last = samples[_nearest(samples, times, end_s)]
+    first = samples[_nearest(times, start_s)]
+    last = samples[_nearest(times, end_s)]
     seconds = last.at_s - first.at_s
     if abs(first.at_s - start_s) > slack_s or abs(last.at_s - end_s) > slack_s or seconds <= 0:
         return None
@@ -129,7 +129,7 @@ class CpuSampler:
 
     def _run(self) -> None:
         loop_stat = None if self._loop_tid is None else SchedStat(
-            str(Path(f"/proc/{self._broker_pid}/task/{self._loop_tid}/schedstat")))
+            f"/proc/{self._broker_pid}/task/{self._loop_tid}/schedstat")
         try:
             next_s = time.monotonic()
             while not self._stop.is_set():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -90,28 +91,34 @@ def test_text_names_the_loop_only_where_it_was_read() -> None:
                             "load generator 70 %, machine 170 %")
 
 
+def _schedstat(tid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+    return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+
+
 def test_the_sampler_reads_the_named_thread() -> None:
     """This process is both 'broker' and 'load generator'; a thread that spins is the loop:
-    what the sampler counts for it is its own CPU time, not the process's or another's."""
+    what the sampler reads for it lies between the thread's own figures read just before and
+    just after, each in its field (on a CPU, waiting for one)."""
     started = threading.Event()
     stop = threading.Event()
-    spun: list[float] = []
 
     def spin() -> None:
-        before = time.thread_time()
         started.set()
         while not stop.is_set():
             pass
-        spun.append(time.thread_time() - before)
 
     spinner = threading.Thread(target=spin)
     spinner.start()
     started.wait()
     tid = spinner.native_id
     assert tid is not None
+    time.sleep(0.2)  # its time on a CPU grows ahead of its waits
+    before = _schedstat(tid)
     sampler = CpuSampler(os.getpid(), os.getpid(), loop_tid=tid, period_s=0.05).start()
     time.sleep(0.6)
     samples = sampler.stop()
+    after = _schedstat(tid)
     stop.set()
     spinner.join()
     assert len(samples) >= 5
@@ -119,8 +126,9 @@ def test_the_sampler_reads_the_named_thread() -> None:
     first, last = samples[0], samples[-1]
     assert first.loop_on_cpu_s is not None
     assert last.loop_on_cpu_s is not None
-    on_cpu = last.loop_on_cpu_s - first.loop_on_cpu_s
-    # The spinner ran for the whole sampling, on a CPU or waiting for one: what was counted
-    # for it is at most what it ran, and the main thread (asleep) would have counted ~0.
-    assert 0.05 < on_cpu <= spun[0] + 0.01
-    assert last.broker_s - first.broker_s >= on_cpu - 0.02  # the process holds the thread
+    assert first.loop_waited_s is not None
+    assert last.loop_waited_s is not None
+    assert before[0] <= first.loop_on_cpu_s < last.loop_on_cpu_s <= after[0]
+    assert before[1] <= first.loop_waited_s <= last.loop_waited_s <= after[1]
+    # The process holds the thread: it used at least what the thread ran (10 ms ticks).
+    assert last.broker_s - first.broker_s >= last.loop_on_cpu_s - first.loop_on_cpu_s - 0.02
