@@ -16,7 +16,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   or coroutine the loop is stuck in, and
   where the loop thread sleeps in the kernel, if it does (/proc wchan: `futex_do_wait` is a
   wait for the GIL or a lock, `rwsem_down_*` for the mmap lock, `do_epoll_wait` for events).
-  It also logs: each stall is one WARNING with its length, the breakdown above, any garbage
+  When the loop runs again, the watchdog hands the stall to the loop, which logs it (in the
+  watchdog each system call of the report would take the GIL back from a loop busy with the
+  stall's backlog): each stall is one WARNING with its length, the breakdown above, any garbage
   collection that ran inside it (`gc.callbacks`, which see collections in every thread), the
   stack seen most often and, where the owner counts them, the requests the loop received in
   the window against its rate over the second before and those still being handled: a busy
@@ -34,9 +36,10 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   on-CPU and run-queue milliseconds, from every Python thread's /proc schedstat, read by the
   tick every `THREAD_SNAPSHOT_INTERVAL_S` or more and by each late one, so the span they
   cover (`other_threads_span_ms`) starts at the read before the window; and the
-  innermost frame the watchdog saw each in most often, from the same `sys._current_frames()`
-  as the loop's stack): a loop `blocked` in `futex_do_wait` while one of them ran waited for
-  that thread's GIL or lock. And the watchdog's own CPU time from its wake to the report
+  innermost frame each was in at the watchdog's first sample, from the same
+  `sys._current_frames()` as the loop's stack: later samples take the loop's stack alone, the
+  GIL held for less): a loop `blocked` in `futex_do_wait` while one of them ran waited for
+  that thread's GIL or lock. And the watchdog's own CPU time from its wake to its last sample
   (`watchdog_cpu_ms`): what sampling the stall cost, against the other threads' figures.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
@@ -389,10 +392,14 @@ class ThreadsCpu:
 
     def __init__(self) -> None:
         self._files: dict[int, SchedStat] = {}
+        # Each thread's name by thread id, as of the last snapshot: a stall line names threads
+        # without a /proc read (each a system call that hands the GIL over and back).
+        self.names: dict[int, str] = {}
 
     def read(self) -> dict[int, ThreadTimes]:
-        tids = {thread.native_id for thread in threading.enumerate()
-                if thread.native_id is not None}
+        self.names = {thread.native_id: thread.name for thread in threading.enumerate()
+                      if thread.native_id is not None}
+        tids = self.names.keys()
         for gone in self._files.keys() - tids:
             self._files.pop(gone).close()
         out: dict[int, ThreadTimes] = {}
@@ -409,16 +416,6 @@ class ThreadsCpu:
         for stat in self._files.values():
             stat.close()
         self._files.clear()
-
-
-def thread_name(tid: int) -> str:
-    """The kernel's name of this process's thread `tid` (read when a stall names it: a thread
-    names itself after it starts); its id once it has ended."""
-    try:
-        with open(f"/proc/self/task/{tid}/comm", "rb") as comm:
-            return comm.read().decode("utf-8", "replace").strip() or str(tid)
-    except OSError:
-        return str(tid)
 
 
 def busiest_threads(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes], *,
@@ -643,26 +640,41 @@ class LoopMonitor:
                 overdue_in = self._due_s + self._threshold_s - time.monotonic()
                 if overdue_in > 0 and self._stop.wait(overdue_in):
                     break
-            # Then a sample every `period` for as long as it stays overdue.
+            # Then a sample every `period` for as long as it stays overdue, the other
+            # threads' frames in the first only (what each ran when the stall began).
             woke_cpu_s = time.thread_time()
+            sampled = 0
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
-                self._sample()
+                self._sample(others=sampled == 0)
+                sampled += 1
                 self._stop.wait(period)
-            self._report_pending(time.thread_time() - woke_cpu_s)
+            self._report_on_the_loop(time.thread_time() - woke_cpu_s)
             if timer is not None:
                 timer.arm(self._due_s + self._threshold_s)
 
-    def _sample(self) -> None:
-        """Where the loop thread is (its Python stack, its kernel wait) and every other
-        thread's innermost frame."""
+    def _sample(self, *, others: bool) -> None:
+        """Where the loop thread is (its Python stack, its kernel wait) and, with `others`,
+        every other thread's innermost frame."""
         assert self._kernel_wait is not None
         where = self._kernel_wait.read()
         frames = sys._current_frames()
         self._samples.append((time.monotonic(), format_stack(
             frames.get(self._loop_thread_id), base=self._base), where,
-            _innermost_frames(frames, self._loop_thread_id)))
+            _innermost_frames(frames, self._loop_thread_id) if others else {}))
         del frames
+
+    def _report_on_the_loop(self, watchdog_cpu_s: float) -> None:
+        """The pending stalls reported by the loop itself, in a callback: the report is Python
+        work that holds the GIL wherever it runs, and in this thread each of its system calls
+        (the log's hand-off among them) would take the GIL back from a loop busy with the
+        stall's backlog, the loop then waiting for as long as this thread waits for a CPU.
+        Here if the loop has closed."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._report_pending, watchdog_cpu_s)
+        except RuntimeError:
+            self._report_pending(watchdog_cpu_s)
 
     def _snapshot_threads(self) -> None:
         if self._threads_cpu is not None:
@@ -690,7 +702,7 @@ class LoopMonitor:
 
     def _report(self, window: StallWindow, watchdog_cpu_s: float) -> None:
         """One stall's WARNING; `watchdog_cpu_s` is the CPU time the watchdog spent from its
-        wake to this report (its samples, and its waits for the GIL's hand-over)."""
+        wake to the end of its samples (theirs, and its waits for the GIL's hand-over)."""
         gc_s = 0.0
         generations: set[int] = set()
         for started, took, generation in list(self._gc_records):
@@ -707,6 +719,7 @@ class LoopMonitor:
         kernel_wait = waits.most_common(1)[0][0] if waits else "-"
         cause = classify_stall(window, gc_s)
         others, span_s = self._other_threads(window)
+        names = {} if self._threads_cpu is None else self._threads_cpu.names
         self.stalls += 1
         self.max_lag_s = max(self.max_lag_s, window.lag_s)
         self.reported.append((window, cause, gc_s, stack))
@@ -722,7 +735,7 @@ class LoopMonitor:
             kernel_wait,
             gc_s * 1000, f" gc_generations={sorted(generations)}" if generations else "",
             self._format_requests(window), _ms(window.steal_s),
-            ",".join(f"{thread_name(tid)}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
+            ",".join(f"{names.get(tid, str(tid))}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
                      f"{_seen_in(tid, in_window)}" for tid, on_cpu, waited in others) or "-",
             span_s * 1000, watchdog_cpu_s * 1000,
             "-" if window.cpu is None else window.cpu,
@@ -754,7 +767,8 @@ def _innermost_frames(frames: dict[int, FrameType], loop_thread_id: int) -> dict
 
 def _seen_in(tid: int, samples: list[Sample]) -> str:
     """`:frame`, the innermost frame the watchdog saw thread `tid` in most often over a
-    stall's samples; empty when it saw none."""
+    stall's samples (the first of each wake takes the other threads' frames); empty when it
+    saw none."""
     seen = Counter(sample[3][tid] for sample in samples if tid in sample[3])
     return f":{seen.most_common(1)[0][0]}" if seen else ""
 

@@ -236,9 +236,13 @@ def test_a_stall_is_reported_with_the_callback_that_caused_it(
     else:
         asyncio.run(scenario())
     ended_unix_s = time.time()
-    ours = [record.getMessage() for record in caplog.records
-            if f"running={block.__name__}" in record.getMessage()]
-    assert ours
+    records = [record for record in caplog.records
+               if f"running={block.__name__}" in record.getMessage()]
+    assert records
+    # Logged by the loop (this thread), not the watchdog: there each system call of the
+    # report would take the GIL back from the loop.
+    assert {record.thread for record in records} == {threading.get_ident()}
+    ours = [record.getMessage() for record in records]
     # The stall's end in wall-clock time and the loop thread's CPU, for lining it up with
     # records from outside.
     cpus = os.sched_getaffinity(0)
