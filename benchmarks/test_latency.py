@@ -442,6 +442,10 @@ class Stall:
     cpu_stopped_ms: float = 0.0
     # How long the loop thread waited for a CPU in it (the monitor's run-queue wait).
     runqueue_wait_ms: float = 0.0
+    # The longest the host stopped any other CPU in it: printed, never judged. A thread there
+    # holding the GIL (a store worker, the loop monitor's watchdog) keeps the loop `blocked`
+    # in futex_do_wait for as long; which CPU that thread was on is not known.
+    other_cpus_stopped_ms: float = 0.0
 
     @property
     def less_host_ms(self) -> float:
@@ -475,10 +479,14 @@ def stalls_in(log: str, pauses: Sequence[Pause] = (),
             waited = _RUNQUEUE_WAIT.search(figures)
             stopped_ms = 0.0 if cpu is None or host is None else \
                 1000 * host.stopped(cpu, start, end)
+            others_ms = 0.0 if cpu is None or host is None else max(
+                (1000 * host.stopped(other, start, end)
+                 for other in {late.cpu for late in host.lates} - {cpu}), default=0.0)
             found.append(Stall(lag_ms, match.group(2), figures, match.group(5), end,
                                1000 * paused_within(start, end, pauses),
                                None if host is None else host.speed(start, end), cpu,
-                               stopped_ms, 0.0 if waited is None else float(waited.group(1))))
+                               stopped_ms, 0.0 if waited is None else float(waited.group(1)),
+                               others_ms))
     return found
 
 
@@ -528,7 +536,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
         record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} ({stall.judged_ms:.1f} as the "
                f"goal counts it; the VM paused "
                f"{stall.host_paused_ms:.1f} ms of it, its CPU stopped "
-               f"{stall.cpu_stopped_ms:.1f} ms; {speed_text(stall.speed)}): {stall.figures}")
+               f"{stall.cpu_stopped_ms:.1f} ms, another at most "
+               f"{stall.other_cpus_stopped_ms:.1f}; {speed_text(stall.speed)}): {stall.figures}")
     host = brokers.host_pauses.records()
     their_pauses = host.pauses(*theirs.window_unix_s)
     our_speed = speed_text(host.speed(*ours.window_unix_s))

@@ -65,10 +65,13 @@ def test_a_stall_less_the_time_the_host_stopped_the_loops_cpu() -> None:
     assert named.cpu == 1
     assert abs(named.cpu_stopped_ms - 9.0) < 1e-6
     assert abs(named.less_host_ms - 5.0) < 1e-6
+    # cpu0's stops are printed beside it, and never judged.
+    assert abs(named.other_cpus_stopped_ms - 12.0) < 1e-6
     # A line without the loop's CPU (an older broker): only whole-VM pauses count.
     assert unnamed.cpu is None
     assert unnamed.cpu_stopped_ms == 0.0
     assert unnamed.less_host_ms == 14.0
+    assert unnamed.other_cpus_stopped_ms == 0.0
     assert describe_stalls([named]).startswith(
         f"1 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: blocked 1), 0 of them as "
         "the goal counts them")
