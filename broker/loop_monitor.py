@@ -16,9 +16,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   or coroutine the loop is stuck in, and
   where the loop thread sleeps in the kernel, if it does (/proc wchan: `futex_do_wait` is a
   wait for the GIL or a lock, `rwsem_down_*` for the mmap lock, `do_epoll_wait` for events).
-  When the loop runs again, the watchdog hands the stall to the loop, which logs it (in the
-  watchdog each system call of the report would take the GIL back from a loop busy with the
-  stall's backlog): each stall is one WARNING with its length, the breakdown above, any garbage
+  The loop's late tick logs the stall, with the watchdog's samples of it (from the watchdog,
+  each system call of the report would take the GIL back from a loop busy with the stall's
+  backlog): each stall is one WARNING with its length, the breakdown above, any garbage
   collection that ran inside it (`gc.callbacks`, which see collections in every thread), the
   stack seen most often and, where the owner counts them, the requests the loop received in
   the window against its rate over the second before and those still being handled: a busy
@@ -477,11 +477,13 @@ class LoopMonitor:
         # The request rate (per second) over the last whole second, and where that second began.
         self.request_rate = 0.0
         self._rate_mark: tuple[float, int] = (0.0, 0)
-        # Written by the loop (stall windows) or any thread (collections); read by the watchdog.
-        self._windows: deque[StallWindow] = deque(maxlen=1024)
+        # Written by any thread (collections) or the watchdog (samples); read by the loop.
         self._gc_records: deque[tuple[float, float, int]] = deque(maxlen=GC_RECORDS_MAX)
         self._gc_started_s = 0.0
         self._samples: deque[Sample] = deque(maxlen=SAMPLES_PER_STALL_MAX)
+        # The watchdog's latest wake: when (monotonic) and its CPU time from then to its
+        # latest sample.
+        self._wake: tuple[float, float] = (0.0, 0.0)
         # Every Python thread's CPU figures, read by the tick: (when, snapshot).
         self._threads_cpu: ThreadsCpu | None = None
         self._thread_snapshots: deque[tuple[float, dict[int, ThreadTimes]]] = deque(
@@ -528,7 +530,7 @@ class LoopMonitor:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the tick and the watchdog (reporting what is pending). Idempotent."""
+        """Stop the tick and the watchdog. Idempotent."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -543,7 +545,6 @@ class LoopMonitor:
         if self._timer is not None:
             self._timer.close()
             self._timer = None
-        self._report_pending()
         if self._schedstat is not None:
             self._schedstat.close()
             self._schedstat = None
@@ -583,6 +584,7 @@ class LoopMonitor:
         received, handling = (0, 0) if self._count_requests is None else self._count_requests()
         if stalled or now - self._thread_snapshots[-1][0] >= THREAD_SNAPSHOT_INTERVAL_S:
             self._snapshot_threads()  # a stall's: the first at or after its end
+        window = None
         if stalled:
             before = self._last_sched
             on_cpu = wait = None
@@ -598,8 +600,8 @@ class LoopMonitor:
             if steal is not None and self._last_steal is not None:
                 stolen = steal - self._last_steal
             cpu = None if self._task_cpu is None else self._task_cpu.read()
-            self._windows.append(StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted,
-                                             requests, stolen, cpu))
+            window = StallWindow(self._last_tick_s, now, lag, on_cpu, wait, faulted, requests,
+                                 stolen, cpu)
         mark_s, mark_received = self._rate_mark
         if now - mark_s >= 1.0:
             self.request_rate = (received - mark_received) / (now - mark_s)
@@ -611,10 +613,13 @@ class LoopMonitor:
         self._last_faults = faults
         self._due_s = now + self._interval_s
         if self._timer is not None:
-            # After a stall, at once: the watchdog reports it (it may not have woken for one
-            # barely over the threshold: this tick can come before the timer fires).
-            self._timer.arm(now if stalled else self._due_s + self._threshold_s)
+            self._timer.arm(self._due_s + self._threshold_s)
         self._handle = self._loop.call_later(self._interval_s, self._tick)
+        if window is not None:
+            # Reported here, on the loop, with the watchdog's samples of it (taken while the
+            # loop was overdue, so all before now): from the watchdog, each system call of
+            # the report would take the GIL back from a loop busy with the stall's backlog.
+            self._report(window)
 
     # ------------------------------------------------------------------ any thread
 
@@ -641,15 +646,16 @@ class LoopMonitor:
                 if overdue_in > 0 and self._stop.wait(overdue_in):
                     break
             # Then a sample every `period` for as long as it stays overdue, the other
-            # threads' frames in the first only (what each ran when the stall began).
-            woke_cpu_s = time.thread_time()
+            # threads' frames in the first only (what each ran when the stall began); the
+            # loop's late tick reports the stall.
+            woke_s, woke_cpu_s = time.monotonic(), time.thread_time()
             sampled = 0
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
                 self._sample(others=sampled == 0)
                 sampled += 1
+                self._wake = (woke_s, time.thread_time() - woke_cpu_s)
                 self._stop.wait(period)
-            self._report_on_the_loop(time.thread_time() - woke_cpu_s)
             if timer is not None:
                 timer.arm(self._due_s + self._threshold_s)
 
@@ -663,18 +669,6 @@ class LoopMonitor:
             frames.get(self._loop_thread_id), base=self._base), where,
             _innermost_frames(frames, self._loop_thread_id) if others else {}))
         del frames
-
-    def _report_on_the_loop(self, watchdog_cpu_s: float) -> None:
-        """The pending stalls reported by the loop itself, in a callback: the report is Python
-        work that holds the GIL wherever it runs, and in this thread each of its system calls
-        (the log's hand-off among them) would take the GIL back from a loop busy with the
-        stall's backlog, the loop then waiting for as long as this thread waits for a CPU.
-        Here if the loop has closed."""
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(self._report_pending, watchdog_cpu_s)
-        except RuntimeError:
-            self._report_pending(watchdog_cpu_s)
 
     def _snapshot_threads(self) -> None:
         if self._threads_cpu is not None:
@@ -695,14 +689,12 @@ class LoopMonitor:
         ran = busiest_threads(before[1], after[1], exclude=self._loop_native_id)
         return ran, after[0] - before[0]
 
-    def _report_pending(self, watchdog_cpu_s: float = 0.0) -> None:
-        while self._windows:
-            window = self._windows.popleft()
-            self._report(window, watchdog_cpu_s)
-
-    def _report(self, window: StallWindow, watchdog_cpu_s: float) -> None:
-        """One stall's WARNING; `watchdog_cpu_s` is the CPU time the watchdog spent from its
-        wake to the end of its samples (theirs, and its waits for the GIL's hand-over)."""
+    def _report(self, window: StallWindow) -> None:
+        """One stall's WARNING, with the CPU time the watchdog spent from its wake in the
+        stall to its latest sample (its samples, and its waits for the GIL's hand-over)."""
+        woke_s, watchdog_cpu_s = self._wake
+        if not window.start_s <= woke_s <= window.end_s:
+            watchdog_cpu_s = 0.0  # it did not wake for this one
         gc_s = 0.0
         generations: set[int] = set()
         for started, took, generation in list(self._gc_records):
