@@ -465,9 +465,10 @@ class Stall:
 def stalls_in(log: str, pauses: Sequence[Pause] = (),
               host: HostRecords | None = None) -> list[Stall]:
     """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each and,
-    from the probes' `host` records, the CPUs' speed over it and how long the loop's CPU was
-    stopped in it."""
+    from the probes' `host` records, the CPUs' speed over it and how long the loop's CPU (and,
+    printed only, another CPU) was stopped in it."""
     found = []
+    probed = set() if host is None else {late.cpu for late in host.lates}
     for line in log.splitlines():
         match = _STALL.search(line)
         if match is not None:
@@ -481,7 +482,7 @@ def stalls_in(log: str, pauses: Sequence[Pause] = (),
                 1000 * host.stopped(cpu, start, end)
             others_ms = 0.0 if cpu is None or host is None else max(
                 (1000 * host.stopped(other, start, end)
-                 for other in {late.cpu for late in host.lates} - {cpu}), default=0.0)
+                 for other in probed - {cpu}), default=0.0)
             found.append(Stall(lag_ms, match.group(2), figures, match.group(5), end,
                                1000 * paused_within(start, end, pauses),
                                None if host is None else host.speed(start, end), cpu,
