@@ -26,10 +26,12 @@ vCPU, without counting it as steal: probes on every CPU measure that through bot
 (benchmarks/host_pauses.py), each window's pauses are printed, and each stall says how much of
 it the VM was paused and how long the CPU its line names (the loop thread's at the stall's end)
 was stopped (the stall's length less the larger is what the machine, not the host, took).
-The goal's count of stalls (README, "How the stall goals are judged") takes from each the larger
-of that and the loop thread's waits for a CPU (its line's `runqueue_wait_ms`): the load
-generator shares this machine's two CPUs with the broker, which the OpenMessaging Benchmark's
-does not. The same probes time a fixed piece of work: each window and each stall also says how
+The goal's count of stalls (README, "How the stall goals are judged") takes from each the largest
+of those, the loop thread's waits for a CPU (its line's `runqueue_wait_ms`; the load generator
+shares this machine's two CPUs with the broker, which the OpenMessaging Benchmark's does not)
+and, in a `blocked` stall, the stops of the CPUs of the threads that were runnable while the
+loop waited for the GIL (its line's `runnable_while_loop_waited`), up to the loop's time off
+its CPU. The same probes time a fixed piece of work: each window and each stall also says how
 fast the host ran the VM's CPUs meanwhile (at times one runs at half speed for seconds).
 No time is asserted; a run must only measure something (a broker that did not keep up is
 printed as NOT MEASURED, with its counts; one whose window has not closed a minute after it was
@@ -157,6 +159,11 @@ _STALL: Final = re.compile(
     r"running=(.*)$")
 _CPU: Final = re.compile(r"\bcpu=(\d+)\b")  # in the stall's figures: the loop thread's CPU
 _RUNQUEUE_WAIT: Final = re.compile(r"\brunqueue_wait_ms=([\d.]+)")  # its waits for a CPU
+_ON_CPU: Final = re.compile(r"\bon_cpu_ms=([\d.]+)")
+# The threads runnable while the loop waited in futex_do_wait (for the GIL or a lock), each
+# with the CPU it was on: `name@cpu/rounds,...` (the monitor's kernel sampler).
+_RUNNABLE: Final = re.compile(r"\brunnable_while_loop_waited=(\S+)")
+_RUNNABLE_CPU: Final = re.compile(r"@(\d+)/\d+")
 
 
 def topic_of(rate: int) -> str:
@@ -442,10 +449,12 @@ class Stall:
     cpu_stopped_ms: float = 0.0
     # How long the loop thread waited for a CPU in it (the monitor's run-queue wait).
     runqueue_wait_ms: float = 0.0
-    # The longest the host stopped any other CPU in it: printed, never judged. A thread there
-    # holding the GIL (a store worker, the loop monitor's watchdog) keeps the loop `blocked`
-    # in futex_do_wait for as long; which CPU that thread was on is not known.
+    # The longest the host stopped any other CPU in it: printed, never judged.
     other_cpus_stopped_ms: float = 0.0
+    # In a `blocked` stall: the longest the host stopped a CPU that a thread runnable while the
+    # loop waited for the GIL (or a lock) was on, at most the loop's time off its CPU. That
+    # thread, or one it handed the GIL to, kept the loop waiting as long.
+    holder_cpus_stopped_ms: float = 0.0
 
     @property
     def less_host_ms(self) -> float:
@@ -455,39 +464,51 @@ class Stall:
     @property
     def judged_ms(self) -> float:
         """The stall as the goal counts it (README, "How the stall goals are judged"): less the
-        larger of the loop's waits for a CPU and the host's stops. Only the larger, since a
-        stop while the thread waited in the run queue is counted in both. Never below zero
-        (the wait is counted over the tick's window, which starts before the tick was due)."""
+        largest of the loop's waits for a CPU and the host's stops (of the VM, of the loop's
+        CPU, of the GIL holders' CPUs). Only the largest, since a stop while the thread waited
+        in the run queue is counted in more than one. Never below zero (the wait is counted
+        over the tick's window, which starts before the tick was due)."""
         return max(0.0, self.lag_ms - max(self.runqueue_wait_ms, self.host_paused_ms,
-                                          self.cpu_stopped_ms))
+                                          self.cpu_stopped_ms, self.holder_cpus_stopped_ms))
 
 
 def stalls_in(log: str, pauses: Sequence[Pause] = (),
               host: HostRecords | None = None) -> list[Stall]:
     """Every stall the pyrmq broker logged in `log`, with the VM's `pauses` inside each and,
-    from the probes' `host` records, the CPUs' speed over it and how long the loop's CPU (and,
-    printed only, another CPU) was stopped in it."""
+    from the probes' `host` records, the CPUs' speed over it and how long the loop's CPU, the
+    CPUs of the threads runnable while a `blocked` loop waited for the GIL, and (printed only)
+    another CPU were stopped in it."""
     found = []
     probed = set() if host is None else {late.cpu for late in host.lates}
     for line in log.splitlines():
         match = _STALL.search(line)
-        if match is not None:
-            lag_ms, end = float(match.group(1)), float(match.group(4))
-            start = end - lag_ms / 1000
-            figures = match.group(3)
-            named = _CPU.search(figures)
-            cpu = None if named is None else int(named.group(1))
-            waited = _RUNQUEUE_WAIT.search(figures)
-            stopped_ms = 0.0 if cpu is None or host is None else \
-                1000 * host.stopped(cpu, start, end)
-            others_ms = 0.0 if cpu is None or host is None else max(
-                (1000 * host.stopped(other, start, end)
-                 for other in probed - {cpu}), default=0.0)
-            found.append(Stall(lag_ms, match.group(2), figures, match.group(5), end,
-                               1000 * paused_within(start, end, pauses),
-                               None if host is None else host.speed(start, end), cpu,
-                               stopped_ms, 0.0 if waited is None else float(waited.group(1)),
-                               others_ms))
+        if match is None:
+            continue
+        lag_ms, cause, end = float(match.group(1)), match.group(2), float(match.group(4))
+        start = end - lag_ms / 1000
+        figures = match.group(3)
+        named = _CPU.search(figures)
+        cpu = None if named is None else int(named.group(1))
+        waited = _RUNQUEUE_WAIT.search(figures)
+        waited_ms = 0.0 if waited is None else float(waited.group(1))
+        stopped_ms = 0.0 if cpu is None or host is None else \
+            1000 * host.stopped(cpu, start, end)
+        others_ms = 0.0 if cpu is None or host is None else max(
+            (1000 * host.stopped(other, start, end) for other in probed - {cpu}), default=0.0)
+        holders_ms = 0.0
+        runnable = _RUNNABLE.search(figures)
+        on_cpu = _ON_CPU.search(figures)
+        if cause == "blocked" and host is not None and runnable is not None and \
+                on_cpu is not None:
+            holder_cpus = {int(found_cpu) for found_cpu in _RUNNABLE_CPU.findall(runnable[1])}
+            off_cpu_ms = max(0.0, lag_ms - float(on_cpu[1]) - waited_ms)
+            holders_ms = min(off_cpu_ms, max(
+                (1000 * host.stopped(holder, start, end) for holder in holder_cpus),
+                default=0.0))
+        found.append(Stall(lag_ms, cause, figures, match.group(5), end,
+                           1000 * paused_within(start, end, pauses),
+                           None if host is None else host.speed(start, end), cpu,
+                           stopped_ms, waited_ms, others_ms, holders_ms))
     return found
 
 
@@ -503,7 +524,7 @@ def describe_stalls(stalls: Sequence[Stall]) -> str:
     return (f"{len(stalls)} event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: "
             + ", ".join(f"{cause} {count}" for cause, count in causes.most_common())
             + f"), {judged} of them as the goal counts them (less the loop's waits for a CPU "
-            f"or the host's stops, the larger), {len(over)} over {STALL_THRESHOLD_MS} ms "
+            f"or the host's stops, the largest), {len(over)} over {STALL_THRESHOLD_MS} ms "
             "less the host's stops of the VM or of the loop's CPU alone, "
             f"{slowed} of those while the host ran a CPU below {SLOW_SPEED} of full speed; "
             f"the longest {worst.lag_ms:.0f} ms, {worst.cause}, running {worst.running[:160]}")
@@ -537,7 +558,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
         record(f"      stall {stall.lag_ms:.1f} ms {stall.cause} ({stall.judged_ms:.1f} as the "
                f"goal counts it; the VM paused "
                f"{stall.host_paused_ms:.1f} ms of it, its CPU stopped "
-               f"{stall.cpu_stopped_ms:.1f} ms, another at most "
+               f"{stall.cpu_stopped_ms:.1f} ms, the CPUs of the threads runnable while it "
+               f"waited for the GIL {stall.holder_cpus_stopped_ms:.1f}, another at most "
                f"{stall.other_cpus_stopped_ms:.1f}; {speed_text(stall.speed)}): {stall.figures}")
     host = brokers.host_pauses.records()
     their_pauses = host.pauses(*theirs.window_unix_s)

@@ -41,6 +41,16 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   GIL held for less): a loop `blocked` in `futex_do_wait` while one of them ran waited for
   that thread's GIL or lock. And the watchdog's own CPU time from its wake to its last sample
   (`watchdog_cpu_ms`): what sampling the stall cost, against the other threads' figures.
+- where built (broker/_kernel_sampler.c, Linux), a native thread that never takes the GIL
+  waits for the timer in the watchdog's stead, wakes it, and while the tick stays overdue
+  reads every millisecond the loop thread's state, CPU and kernel wait and every other Python
+  thread's state and CPU (/proc stat). The watchdog needs the GIL, so it saw nothing of a stall
+  in which another thread held it, or the loop held it asleep in a system call; the sampler
+  does: `kernel_samples` (its rounds), `loop_kernel` (the loop's states in them, with where it
+  slept) and `runnable_while_loop_waited` (each thread runnable while the loop waited in
+  futex_do_wait, with its CPU: the GIL or lock holder is among them, and a host stop of its
+  CPU kept the loop waiting as long). Its reads of where the loop slept count in
+  `kernel_wait` too.
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -70,6 +80,11 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Final
 
+try:
+    from broker._kernel_sampler import Sampler as _KernelSampler
+except ImportError:  # not built: the watchdog alone samples
+    _KernelSampler = None  # type: ignore[assignment,misc]
+
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_MS_DEFAULT: Final = 5
@@ -85,6 +100,12 @@ OTHER_THREAD_SHOWN_MIN_NS: Final = 100_000  # less CPU than that in a stall's sp
 # by each late tick.
 THREAD_SNAPSHOT_INTERVAL_S: Final = 0.02
 THREAD_SNAPSHOTS_KEPT: Final = 16  # the last 320 ms or more
+# The kernel sampler's period (broker/_kernel_sampler.c): a few /proc reads each, in a stall only.
+KERNEL_SAMPLE_PERIOD_NS: Final = 1_000_000
+KERNEL_SAMPLER_BUILT: Final = _KernelSampler is not None
+KERNEL_THREADS_WATCHED_MAX: Final = 64  # the sampler's limit
+# The loop's kernel wait for the GIL or a lock: the threads runnable then are what it waits for.
+FUTEX_WAIT: Final = "futex_do_wait"
 # The loop's own machinery: not what the loop was running.
 _MACHINERY_FILES: Final = ("asyncio/", "uvloop/", "selectors.py", "threading.py",
                            "broker/loop_monitor.py")
@@ -284,14 +305,20 @@ class OverdueTimer:
     def wait(self) -> bool:
         """Block, without the GIL, until the timer fires (at once if it has since it was last
         armed or waited for); False if the timer cannot be read."""
-        try:
-            os.read(self.fd, 8)
-        except OSError:
-            return False
-        return True
+        return wait_for(self.fd)
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def wait_for(fd: int) -> bool:
+    """Block, without the GIL, until the timerfd or eventfd `fd` counts something, and take the
+    count; False if it cannot be read."""
+    try:
+        os.read(fd, 8)
+    except OSError:
+        return False
+    return True
 
 
 class SchedStat(_ProcFile):
@@ -436,6 +463,49 @@ def busiest_threads(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes
     return ran[:limit]
 
 
+# One sample of one thread by the kernel sampler (broker/_kernel_sampler.c): (monotonic ns,
+# kernel thread id, state, CPU, where it sleeps: the loop's only).
+KernelSample = tuple[int, int, str, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSummary:
+    """What the kernel sampler saw of a stall: its rounds (each reads the loop and every watched
+    thread at once), the loop's state in them (`R`, or `S`/`D` and where it slept), and the
+    other threads that were runnable (`R`) in the rounds in which the loop waited in
+    futex_do_wait, by (thread id, CPU): one of them held the GIL or lock the loop waited for,
+    unless the holder was itself off its CPU (a thread back from a call without the GIL reads
+    `R` too)."""
+
+    rounds: int
+    loop: Counter[str]
+    runnable: Counter[tuple[int, int]]
+
+
+def summarize_kernel_samples(samples: list[KernelSample], loop_tid: int, start_ns: int,
+                             end_ns: int) -> KernelSummary:
+    """The summary of the samples taken in [start_ns, end_ns]; rounds without a reading of the
+    loop thread are left out."""
+    rounds: dict[int, list[KernelSample]] = {}
+    for sample in samples:
+        if start_ns <= sample[0] <= end_ns:
+            rounds.setdefault(sample[0], []).append(sample)
+    loop: Counter[str] = Counter()
+    runnable: Counter[tuple[int, int]] = Counter()
+    counted = 0
+    for round_ in rounds.values():
+        mine = next((sample for sample in round_ if sample[1] == loop_tid), None)
+        if mine is None or not mine[2]:
+            continue
+        counted += 1
+        _, _, state, _, wchan = mine
+        loop[f"{state}:{wchan}" if wchan and state != "R" else state] += 1
+        if state != "R" and wchan == FUTEX_WAIT:
+            runnable.update((tid, cpu) for _, tid, other_state, cpu, _ in round_
+                            if tid != loop_tid and other_state == "R")
+    return KernelSummary(counted, loop, runnable)
+
+
 class LoopMonitor:
     """Samples one event loop's lag and reports its stalls. `start()` on the loop, `close()`."""
 
@@ -491,6 +561,10 @@ class LoopMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._timer: OverdueTimer | None = None
+        # Where built (Linux): samples the threads' kernel states without the GIL, and wakes
+        # the watchdog in the timer's stead.
+        self._kernel_sampler: _KernelSampler | None = None
+        self._watched: frozenset[int] = frozenset()
         self.stalls = 0
         self.ticks = 0
         self.max_lag_s = 0.0
@@ -524,6 +598,10 @@ class LoopMonitor:
         self._handle = loop.call_later(self._interval_s, self._tick)
         self._timer = OverdueTimer.create()
         if self._timer is not None:
+            if _KernelSampler is not None:
+                self._kernel_sampler = _KernelSampler(self._timer.fd, self._loop_native_id,
+                                                     KERNEL_SAMPLE_PERIOD_NS)
+                self._watch_threads()
             self._timer.arm(self._due_s + self._threshold_s)
         gc.callbacks.append(self._on_gc)
         self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
@@ -537,7 +615,9 @@ class LoopMonitor:
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._on_gc)
         self._stop.set()
-        if self._timer is not None:
+        if self._kernel_sampler is not None:
+            self._kernel_sampler.close()  # ends its thread, wakes the watchdog to see the stop
+        elif self._timer is not None:
             self._timer.arm(0.0)  # wakes the watchdog to see the stop
         if self._thread is not None:
             self._thread.join()
@@ -636,11 +716,14 @@ class LoopMonitor:
     def _watch(self) -> None:
         period = min(self._interval_s, self._threshold_s / 2)
         timer = self._timer
+        # The kernel sampler waits for the timer where it runs, and wakes this thread.
+        wake_fd = None if timer is None else \
+            timer.fd if self._kernel_sampler is None else self._kernel_sampler.wake_fd
         while not self._stop.is_set():
             # Asleep until the tick is overdue: without the GIL on the tick's timer, else
             # waking when the tick would be overdue to check (and asking for the GIL each time).
-            if timer is not None and not timer.wait():
-                timer = None  # unreadable: check by the clock from now on
+            if wake_fd is not None and not wait_for(wake_fd):
+                wake_fd = timer = None  # unreadable: check by the clock from now on
             if timer is None:
                 overdue_in = self._due_s + self._threshold_s - time.monotonic()
                 if overdue_in > 0 and self._stop.wait(overdue_in):
@@ -656,7 +739,7 @@ class LoopMonitor:
                 sampled += 1
                 self._wake = (woke_s, time.thread_time() - woke_cpu_s)
                 self._stop.wait(period)
-            if timer is not None:
+            if timer is not None and self._kernel_sampler is None:
                 timer.arm(self._due_s + self._threshold_s)
 
     def _sample(self, *, others: bool) -> None:
@@ -673,6 +756,17 @@ class LoopMonitor:
     def _snapshot_threads(self) -> None:
         if self._threads_cpu is not None:
             self._thread_snapshots.append((time.monotonic(), self._threads_cpu.read()))
+            self._watch_threads()
+
+    def _watch_threads(self) -> None:
+        """Hand the kernel sampler the Python threads as of the last snapshot, when they have
+        changed."""
+        if self._kernel_sampler is None or self._threads_cpu is None:
+            return
+        tids = frozenset(self._threads_cpu.names)
+        if tids != self._watched:
+            self._kernel_sampler.watch(sorted(tids)[:KERNEL_THREADS_WATCHED_MAX])
+            self._watched = tids
 
     def _other_threads(self, window: StallWindow) -> tuple[list[tuple[int, int, int]], float]:
         """The other threads that ran over the window, and the span their figures cover: from
@@ -707,7 +801,15 @@ class LoopMonitor:
         samples = [(stack, where) for _, stack, where, _ in in_window]
         stacks = Counter(stack for stack, _ in samples if stack)
         stack, seen = stacks.most_common(1)[0] if stacks else ((), 0)
+        kernel = summarize_kernel_samples(
+            [] if self._kernel_sampler is None else
+            self._kernel_sampler.samples(int(window.start_s * 1e9)),
+            self._loop_native_id, int(window.start_s * 1e9), int(window.end_s * 1e9))
+        # Where the loop slept: the watchdog's samples and the kernel sampler's (which sees it
+        # also while another thread, or the loop itself, holds the GIL).
         waits = Counter(where for _, where in samples if where is not None)
+        waits.update({state.partition(":")[2]: count for state, count in kernel.loop.items()
+                      if ":" in state})
         kernel_wait = waits.most_common(1)[0][0] if waits else "-"
         cause = classify_stall(window, gc_s)
         others, span_s = self._other_threads(window)
@@ -720,7 +822,8 @@ class LoopMonitor:
         log.warning(
             "event loop stall lag_ms=%.1f cause=%s on_cpu_ms=%s runqueue_wait_ms=%s "
             "page_faults=%s kernel_wait=%s gc_ms=%.1f%s requests=%s host_steal_ms=%s "
-            "other_threads=%s other_threads_span_ms=%.1f watchdog_cpu_ms=%.2f cpu=%s "
+            "other_threads=%s other_threads_span_ms=%.1f watchdog_cpu_ms=%.2f "
+            "kernel_samples=%d loop_kernel=%s runnable_while_loop_waited=%s cpu=%s "
             "end_unix_s=%.3f samples=%d running=%s",
             window.lag_s * 1000, cause.value, _ms(window.on_cpu_s), _ms(window.runqueue_wait_s),
             "-" if window.page_faults is None else "{}/{}".format(*window.page_faults),
@@ -729,7 +832,10 @@ class LoopMonitor:
             self._format_requests(window), _ms(window.steal_s),
             ",".join(f"{names.get(tid, str(tid))}:{on_cpu / 1e6:.1f}/{waited / 1e6:.1f}"
                      f"{_seen_in(tid, in_window)}" for tid, on_cpu, waited in others) or "-",
-            span_s * 1000, watchdog_cpu_s * 1000,
+            span_s * 1000, watchdog_cpu_s * 1000, kernel.rounds,
+            ",".join(f"{state}/{count}" for state, count in kernel.loop.most_common()) or "-",
+            ",".join(f"{names.get(tid, str(tid))}@{cpu}/{count}"
+                     for (tid, cpu), count in kernel.runnable.most_common()) or "-",
             "-" if window.cpu is None else window.cpu,
             time.time() - (time.monotonic() - window.end_s), seen,
             " <- ".join(stack) if stack else "-",

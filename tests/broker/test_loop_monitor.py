@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import mmap
@@ -21,7 +22,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.loop_monitor import (
+    FUTEX_WAIT,
     IDLE,
+    KERNEL_SAMPLER_BUILT,
+    KernelSample,
     LoopMonitor,
     OverdueTimer,
     StallCause,
@@ -33,6 +37,7 @@ from broker.loop_monitor import (
     loop_base_frames,
     parse_processor,
     parse_steal_ticks,
+    summarize_kernel_samples,
 )
 from broker.os_threads import name_os_thread
 from tests.broker.support import broker_config, running_broker, wait_until
@@ -40,6 +45,8 @@ from tests.broker.test_namesrv_and_metrics import sample, scrape
 
 THRESHOLD_MS = 10
 STALL_S = 0.15
+# Long enough for the tick to snapshot a thread started just before (THREAD_SNAPSHOT_INTERVAL_S).
+THREAD_SNAPSHOT_WAIT_S = 0.05
 
 
 @pytest.mark.parametrize(
@@ -127,6 +134,42 @@ def test_busiest_threads_rules(before: dict[int, ThreadTimes], after: dict[int, 
     for tid, (on_cpu, _) in after.items():
         if tid != exclude and tid not in named:
             assert on_cpu - before.get(tid, (0, 0))[0] <= max(least, min_ns - 1)
+
+
+def test_the_kernel_summary_names_who_ran_while_the_loop_waited() -> None:
+    loop, worker, watchdog = 10, 11, 12
+    samples: list[KernelSample] = [
+        (100, loop, "R", 0, ""), (100, worker, "S", 1, ""),  # before the window
+        (200, loop, "S", 0, FUTEX_WAIT), (200, worker, "R", 1, ""), (200, watchdog, "S", 0, ""),
+        (300, loop, "S", 0, FUTEX_WAIT), (300, worker, "R", 1, ""), (300, watchdog, "R", 0, ""),
+        (400, loop, "S", 0, "do_epoll_wait"), (400, worker, "R", 1, ""),  # not a futex wait
+        (500, loop, "R", 1, ""), (500, worker, "R", 0, ""),  # the loop ran
+        (600, worker, "R", 1, ""),  # the loop's stat unread: not a round
+        (700, loop, "", -1, ""),
+    ]
+    summary = summarize_kernel_samples(samples, loop, 150, 700)
+    assert summary.rounds == 4
+    assert summary.loop == {f"S:{FUTEX_WAIT}": 2, "S:do_epoll_wait": 1, "R": 1}
+    assert summary.runnable == {(worker, 1): 2, (watchdog, 0): 1}
+    assert summarize_kernel_samples(samples, loop, 800, 900).rounds == 0
+
+
+_kernel_samples = st.lists(st.tuples(
+    st.integers(0, 20), st.integers(1, 4), st.sampled_from(["R", "S", "D", ""]),
+    st.integers(-1, 3), st.sampled_from(["", FUTEX_WAIT, "do_epoll_wait"])))
+
+
+@given(_kernel_samples, st.integers(1, 4), st.integers(0, 20), st.integers(0, 20))
+def test_kernel_summary_rules(samples: list[KernelSample], loop: int, start: int,
+                              end: int) -> None:
+    summary = summarize_kernel_samples(samples, loop, start, end)
+    assert sum(summary.loop.values()) == summary.rounds
+    assert summary.rounds <= len({t for t, tid, state, _, _ in samples
+                                  if tid == loop and state and start <= t <= end})
+    waited = sum(count for state, count in summary.loop.items() if state == f"S:{FUTEX_WAIT}"
+                 or state == f"D:{FUTEX_WAIT}")
+    # Each runnable thread counted at most once per round in which the loop waited.
+    assert all(tid != loop and count <= waited for (tid, _), count in summary.runnable.items())
 
 
 def test_format_stack_names_the_innermost_frames_first() -> None:
@@ -365,6 +408,99 @@ def test_a_stall_names_the_other_thread_that_ran_in_it(
         # Off the CPU because the holder ran: it had most of the stall on a CPU (a busy
         # 2-core machine may have made it wait for one instead: that stall reads otherwise).
         assert float(holder[1]) >= STALL_S * 1000 / 2, line
+
+
+needs_kernel_sampler = pytest.mark.skipif(
+    sys.platform != "linux", reason="the kernel sampler (broker/_kernel_sampler.c) is Linux's")
+
+
+def test_the_kernel_sampler_is_built() -> None:
+    """`pip install -e .` builds it (scripts/setup.sh): its tests must run, not skip."""
+    assert KERNEL_SAMPLER_BUILT or sys.platform != "linux"
+
+
+@needs_kernel_sampler
+def test_a_stall_holding_the_gil_in_the_kernel_says_where(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The loop asleep in a system call that keeps the GIL: the watchdog, which needs the GIL,
+    cannot sample it, and the kernel sampler, which does not, says where the loop slept."""
+    keep_the_gil = ctypes.PyDLL(None).usleep
+    keep_the_gil.argtypes = [ctypes.c_uint]
+
+    def sleep_holding_the_gil() -> None:
+        keep_the_gil(int(STALL_S * 1e6))
+
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            await wait_until(lambda: monitor.ticks >= 3, timeout_s=5, what="the monitor ticking")
+            asyncio.get_running_loop().call_soon(sleep_holding_the_gil)
+            await wait_until(lambda: any(window.lag_s >= STALL_S * 0.8
+                                         for window, *_ in monitor.reported),
+                             timeout_s=5, what="the stall reported")
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    asyncio.run(scenario())
+    line = next(record.getMessage() for record in caplog.records
+                if float(re.search(r"lag_ms=([\d.]+)", record.getMessage())[1])  # type: ignore[index]
+                >= STALL_S * 800)
+    rounds = re.search(r" kernel_samples=(\d+) loop_kernel=(\S+) ", line)
+    assert rounds is not None, line
+    # Sampled every millisecond from the threshold on (a busy machine may skip some).
+    assert int(rounds[1]) >= 10, line
+    assert re.search(r"(^|,)S:\w*sleep\w*/\d+", rounds[2]), line
+    assert re.search(r" kernel_wait=\w*sleep\w* ", line), line
+
+
+@needs_kernel_sampler
+def test_a_stall_names_the_thread_that_ran_holding_the_gil(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Another thread holds the GIL through one long C call (no switch interval breaks it):
+    the loop waits for it in futex_do_wait, and the stall line names that thread as runnable
+    then, with its CPU (what the latency benchmark takes the host's stops of)."""
+    go = threading.Event()
+    started = threading.Event()
+    done = threading.Event()
+
+    def hold_the_gil() -> None:
+        name_os_thread(threading.current_thread())
+        go.wait()
+        started.set()
+        sum(range(10**7))  # one C call: some 0.1 s with the GIL
+        done.wait()  # alive until the stall is reported: an ended thread is not known
+
+    holder = threading.Thread(target=hold_the_gil, name="gil-holder")
+
+    def wait_for_the_gil() -> None:
+        go.set()
+        started.wait()
+        time.sleep(0.005)  # hands the GIL to the holder; waking, waits for it
+
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            holder.start()  # watched from the tick's next thread snapshot on
+            await wait_until(lambda: monitor.ticks >= 3, timeout_s=5, what="the monitor ticking")
+            await asyncio.sleep(THREAD_SNAPSHOT_WAIT_S)
+            asyncio.get_running_loop().call_soon(wait_for_the_gil)
+            await wait_until(lambda: any(window.lag_s >= 0.05 for window, *_ in monitor.reported),
+                             timeout_s=5, what="the stall reported")
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    try:
+        asyncio.run(scenario())
+    finally:
+        go.set()
+        done.set()
+        if holder.ident is not None:
+            holder.join()
+    line = next(record.getMessage() for record in caplog.records
+                if float(re.search(r"lag_ms=([\d.]+)", record.getMessage())[1])  # type: ignore[index]
+                >= 50)
+    assert re.search(rf" loop_kernel=(\S+,)?S:{FUTEX_WAIT}/\d+", line), line
+    runnable = re.search(r" runnable_while_loop_waited=(\S+) ", line)
+    assert runnable is not None, line
+    named = re.search(r"(^|,)gil-holder@(\d+)/(\d+)", runnable[1])
+    assert named is not None, line
+    assert int(named[2]) in os.sched_getaffinity(0), line
 
 
 def test_a_garbage_collection_stall_is_named_as_such() -> None:

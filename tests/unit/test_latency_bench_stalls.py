@@ -9,11 +9,13 @@ from benchmarks.test_latency import STALL_THRESHOLD_MS, describe_stalls, stalls_
 
 
 def _line(lag_ms: float, cause: str, end_unix_s: float, cpu: str = "1",
-          runqueue_wait_ms: str = "0.4") -> str:
+          runqueue_wait_ms: str = "0.4", on_cpu_ms: str = "18.1", runnable: str = "-") -> str:
     return (f"2026-11-29 04:02:37,244 WARNING broker.loop_monitor event loop stall "
-            f"lag_ms={lag_ms} cause={cause} on_cpu_ms=18.1 runqueue_wait_ms={runqueue_wait_ms} "
-            "page_faults=0/0 kernel_wait=- gc_ms=0.0 requests=16/86 handling=17 "
-            f"host_steal_ms=0.0 cpu={cpu} end_unix_s={end_unix_s} samples=0 running=-")
+            f"lag_ms={lag_ms} cause={cause} on_cpu_ms={on_cpu_ms} "
+            f"runqueue_wait_ms={runqueue_wait_ms} page_faults=0/0 kernel_wait=- gc_ms=0.0 "
+            "requests=16/86 handling=17 host_steal_ms=0.0 kernel_samples=9 "
+            f"loop_kernel=S:futex_do_wait/9 runnable_while_loop_waited={runnable} cpu={cpu} "
+            f"end_unix_s={end_unix_s} samples=0 running=-")
 
 
 def test_a_stall_is_read_with_the_pauses_inside_it() -> None:
@@ -44,7 +46,7 @@ def test_a_stall_is_read_with_the_pauses_inside_it() -> None:
     assert describe_stalls(stalls).startswith(
         f"2 event-loop stalls over {STALL_THRESHOLD_MS} ms (causes: busy 1, not_scheduled 1), "
         "1 of them as the goal counts them (less the loop's waits for a CPU or the host's "
-        f"stops, the larger), 1 over {STALL_THRESHOLD_MS} ms less the host's stops of the VM "
+        f"stops, the largest), 1 over {STALL_THRESHOLD_MS} ms less the host's stops of the VM "
         "or of the loop's CPU alone, 0 of those while the host ran a CPU below 0.75 of full "
         "speed; the longest 16 ms, busy")
     # Without the pauses both are over the threshold, and the first was on a slowed CPU.
@@ -95,3 +97,32 @@ def test_the_goal_counts_a_stall_less_the_loops_waits_for_a_cpu() -> None:
     assert longer_wait.judged_ms == 0.0
     assert "(causes: busy 2, not_scheduled 1), 2 of them as the goal counts them" in \
         describe_stalls([waited, paused, unknown])
+
+
+def test_a_blocked_stall_less_the_stops_of_the_gil_holders_cpu() -> None:
+    # 20 ms stalls on cpu1 (1000.000-1000.020), the loop 2 ms on its CPU and 1 ms waiting for
+    # one; cpu0 stopped 12 ms, cpu1 3 ms.
+    lates = [Late(0, 1000.004, 0.012, 0.0), Late(1, 1000.010, 0.003, 0.0)]
+    log = "\n".join([
+        # store-io_2 was runnable on cpu0 while the loop waited: cpu0's 12 ms come off.
+        _line(20.0, "blocked", 1000.020, on_cpu_ms="2.0", runqueue_wait_ms="1.0",
+              runnable="store-io_2@0/7,loop-monitor@1/1"),
+        # Off its CPU for only 5 ms of it: no more than those 5 come off.
+        _line(20.0, "blocked", 1000.020, on_cpu_ms="14.0", runqueue_wait_ms="1.0",
+              runnable="store-io_2@0/7"),
+        # Nothing runnable while it waited: the holder's CPU is not known.
+        _line(20.0, "blocked", 1000.020, on_cpu_ms="2.0", runqueue_wait_ms="1.0"),
+        # Busy: the loop ran; a holder's stop does not explain that.
+        _line(20.0, "busy", 1000.020, on_cpu_ms="2.0", runqueue_wait_ms="1.0",
+              runnable="store-io_2@0/7"),
+    ])
+    held, mostly_running, unknown, busy = stalls_in(log, host=HostRecords(2, lates, []))
+    assert abs(held.holder_cpus_stopped_ms - 12.0) < 1e-6
+    assert abs(held.judged_ms - 8.0) < 1e-6
+    assert abs(mostly_running.holder_cpus_stopped_ms - 5.0) < 1e-6
+    assert abs(mostly_running.judged_ms - 15.0) < 1e-6
+    assert unknown.holder_cpus_stopped_ms == 0.0
+    assert abs(unknown.judged_ms - 17.0) < 1e-6  # less its own CPU's 3 ms stop
+    assert busy.holder_cpus_stopped_ms == 0.0
+    assert "4 event-loop stalls over 10 ms (causes: blocked 3, busy 1), 3 of them as the goal " \
+        "counts them" in describe_stalls([held, mostly_running, unknown, busy])
