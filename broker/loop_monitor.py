@@ -622,6 +622,7 @@ class LoopMonitor:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._kernel_sampler = None  # its eventfds close with it
         if self._timer is not None:
             self._timer.close()
             self._timer = None

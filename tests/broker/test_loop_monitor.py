@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import logging
@@ -417,6 +418,27 @@ needs_kernel_sampler = pytest.mark.skipif(
 def test_the_kernel_sampler_is_built() -> None:
     """`pip install -e .` builds it (scripts/setup.sh): its tests must run, not skip."""
     assert KERNEL_SAMPLER_BUILT or sys.platform != "linux"
+
+
+def _kernel_sampler_threads() -> int:
+    count = 0
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{task}/comm") as comm:
+            count += comm.read().strip() == "kernel-sampler"
+    return count
+
+
+@needs_kernel_sampler
+def test_the_kernel_sampler_thread_ends_with_the_monitor() -> None:
+    before = _kernel_sampler_threads()
+
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            await wait_until(lambda: monitor.ticks >= 3, timeout_s=5, what="the monitor ticking")
+            assert _kernel_sampler_threads() == before + 1
+
+    asyncio.run(scenario())
+    assert _kernel_sampler_threads() == before
 
 
 @needs_kernel_sampler
