@@ -49,8 +49,9 @@ Two cheap parts (no asyncio debug mode, whose slow-callback check costs too much
   does: `kernel_samples` (its rounds), `loop_kernel` (the loop's states in them, with where it
   slept) and `runnable_while_loop_waited` (each thread runnable while the loop waited in
   futex_do_wait, with its CPU: the GIL or lock holder is among them, and a host stop of its
-  CPU kept the loop waiting as long). Its reads of where the loop slept count in
-  `kernel_wait` too.
+  CPU kept the loop waiting as long). Its reads of where the loop slept make up
+  `kernel_wait`, and the watchdog, whose every sample takes the GIL from the stalled loop,
+  then doubles its wait after each sample (up to `LATER_SAMPLE_WAIT_MAX_S`).
 
 `classify_stall` is the pure core that names a stall's cause from those figures.
 
@@ -102,6 +103,8 @@ THREAD_SNAPSHOT_INTERVAL_S: Final = 0.02
 THREAD_SNAPSHOTS_KEPT: Final = 16  # the last 320 ms or more
 # The kernel sampler's period (broker/_kernel_sampler.c): a few /proc reads each, in a stall only.
 KERNEL_SAMPLE_PERIOD_NS: Final = 1_000_000
+# With the kernel sampler, the watchdog's wait between its samples of a stall doubles to this.
+LATER_SAMPLE_WAIT_MAX_S: Final = 0.1
 KERNEL_SAMPLER_BUILT: Final = _KernelSampler is not None
 KERNEL_THREADS_WATCHED_MAX: Final = 64  # the sampler's limit
 # The loop's kernel wait for the GIL or a lock: the threads runnable then are what it waits for.
@@ -731,23 +734,30 @@ class LoopMonitor:
                     break
             # Then a sample every `period` for as long as it stays overdue, the other
             # threads' frames in the first only (what each ran when the stall began); the
-            # loop's late tick reports the stall.
+            # loop's late tick reports the stall. Each sample takes the GIL from the stalled
+            # loop (or competes with it for the GIL), so where the kernel sampler watches the
+            # kernel side every millisecond, the wait doubles after each sample: a long stall
+            # still gets a stack now and then, at a few GIL takes.
             woke_s, woke_cpu_s = time.monotonic(), time.thread_time()
             sampled = 0
+            wait_s = period
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
                 self._sample(others=sampled == 0)
                 sampled += 1
                 self._wake = (woke_s, time.thread_time() - woke_cpu_s)
-                self._stop.wait(period)
+                self._stop.wait(wait_s)
+                if self._kernel_sampler is not None:
+                    wait_s = min(wait_s * 2, LATER_SAMPLE_WAIT_MAX_S)
             if timer is not None and self._kernel_sampler is None:
                 timer.arm(self._due_s + self._threshold_s)
 
     def _sample(self, *, others: bool) -> None:
         """Where the loop thread is (its Python stack, its kernel wait) and, with `others`,
-        every other thread's innermost frame."""
+        every other thread's innermost frame. The kernel wait only without the kernel
+        sampler, which reads it every millisecond."""
         assert self._kernel_wait is not None
-        where = self._kernel_wait.read()
+        where = self._kernel_wait.read() if self._kernel_sampler is None else None
         frames = sys._current_frames()
         self._samples.append((time.monotonic(), format_stack(
             frames.get(self._loop_thread_id), base=self._base), where,

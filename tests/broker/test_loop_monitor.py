@@ -474,6 +474,31 @@ def test_a_stall_holding_the_gil_in_the_kernel_says_where(
 
 
 @needs_kernel_sampler
+def test_with_the_kernel_sampler_the_watchdog_samples_a_long_stall_less_often(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Each watchdog sample takes the GIL from the stalled loop: with the kernel sampler
+    watching the kernel side, its waits double, so a 150 ms stall sampled from 10 ms on gets a
+    handful of stacks (2, 4, 8, ... ms apart), not one every 2 ms (or every GIL switch)."""
+    async def scenario() -> None:
+        async with monitored() as (monitor, _):
+            await stall_once(monitor, spin_the_loop, names(spin_the_loop))
+
+    caplog.set_level(logging.WARNING, logger="broker.loop_monitor")
+    asyncio.run(scenario())
+    line = next(record.getMessage() for record in caplog.records
+                if "running=spin_the_loop" in record.getMessage())
+    seen = re.search(r" samples=(\d+) ", line)
+    assert seen is not None, line
+    # At most 8 from the 10 ms threshold to the stall's end; at a fixed period, one every
+    # 2 ms or as soon as the GIL's switch interval hands it over (16 in a run).
+    assert 2 <= int(seen[1]) <= 10, line
+    # The loop's kernel states still come every millisecond, from the sampler.
+    rounds = re.search(r" kernel_samples=(\d+) ", line)
+    assert rounds is not None, line
+    assert int(rounds[1]) >= 50, line
+
+
+@needs_kernel_sampler
 def test_a_stall_names_the_thread_that_ran_holding_the_gil(
         caplog: pytest.LogCaptureFixture) -> None:
     """Another thread holds the GIL through one long C call (no switch interval breaks it):
