@@ -72,6 +72,7 @@ import gc
 import logging
 import os
 import resource
+import select
 import sys
 import threading
 import time
@@ -737,17 +738,23 @@ class LoopMonitor:
             # loop's late tick reports the stall. Each sample takes the GIL from the stalled
             # loop (or competes with it for the GIL), so where the kernel sampler watches the
             # kernel side every millisecond, the wait doubles after each sample: a long stall
-            # still gets a stack now and then, at a few GIL takes.
+            # still gets a stack now and then, at a few GIL takes. That wait ends early when
+            # the sampler wakes this thread again: the timer fired for a stall after this one
+            # (or the monitor closes), which then gets a wake of its own.
             woke_s, woke_cpu_s = time.monotonic(), time.thread_time()
             sampled = 0
             wait_s = period
+            sampler_fd = None if self._kernel_sampler is None else wake_fd
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
                 self._sample(others=sampled == 0)
                 sampled += 1
                 self._wake = (woke_s, time.thread_time() - woke_cpu_s)
-                self._stop.wait(wait_s)
-                if self._kernel_sampler is not None:
+                if sampler_fd is None:
+                    self._stop.wait(period)
+                elif select.select([sampler_fd], [], [], wait_s)[0]:
+                    break
+                else:
                     wait_s = min(wait_s * 2, LATER_SAMPLE_WAIT_MAX_S)
             if timer is not None and self._kernel_sampler is None:
                 timer.arm(self._due_s + self._threshold_s)
