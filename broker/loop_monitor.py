@@ -744,15 +744,18 @@ class LoopMonitor:
             woke_s, woke_cpu_s = time.monotonic(), time.thread_time()
             sampled = 0
             wait_s = period
-            sampler_fd = None if self._kernel_sampler is None else wake_fd
+            sampler = None
+            if self._kernel_sampler is not None and wake_fd is not None:
+                sampler = select.poll()  # not select(): the fd may be past FD_SETSIZE
+                sampler.register(wake_fd, select.POLLIN)
             while not self._stop.is_set() and \
                     time.monotonic() - self._due_s > self._threshold_s:
                 self._sample(others=sampled == 0)
                 sampled += 1
                 self._wake = (woke_s, time.thread_time() - woke_cpu_s)
-                if sampler_fd is None:
+                if sampler is None:
                     self._stop.wait(period)
-                elif select.select([sampler_fd], [], [], wait_s)[0]:
+                elif sampler.poll(wait_s * 1000):
                     break
                 else:
                     wait_s = min(wait_s * 2, LATER_SAMPLE_WAIT_MAX_S)
