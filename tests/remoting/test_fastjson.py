@@ -31,6 +31,7 @@ from remoting.fastjson import (
         pytest.param("\x0b\x1a\x1f", r'"\u000B\u001A\u001F"', id="upper-case-hex"),
         pytest.param("\b\t\n\f\r", r'"\b\t\n\f\r"', id="short-escapes"),
         pytest.param("\x7f\x80\x9f", r'"\u007F\u0080\u009F"', id="c1-controls"),
+        pytest.param("a\x7f", r'"a\u007F"', id="del-in-ascii-text"),
         pytest.param("\u2028\u2029", r'"\u2028\u2029"', id="line-separators"),
         pytest.param('"\\', r'"\"\\"', id="quote-backslash"),
         pytest.param("/é中😀", '"/é中😀"', id="raw-slash-and-non-ascii"),
