@@ -52,12 +52,6 @@ oneway requests, whatever it returns). Raising answers SYSTEM_ERROR with the exc
 
 _OPAQUE_MASK: Final = 0x7FFFFFFF
 ONEWAY_TIMEOUT_MS_DEFAULT: Final = 3_000
-# How long a written frame may wait for the loop iteration's other handlers before it goes to
-# the transport anyway: the frames of one iteration share a write, but when a burst of requests
-# makes the iteration long (tens of ms on a busy host), the first answers would otherwise wait
-# for the last handler. Checked at each write, so the wait is at most this plus one handler's
-# run. uvloop's clock counts whole milliseconds: there it is the clock's next tick.
-COALESCE_MAX_S: Final = 0.0005
 
 
 async def not_supported_handler(
@@ -197,7 +191,6 @@ class RemotingConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
-        self._out_since = 0.0  # when the oldest frame in `_out` was written
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._last_opaque = 0
         self._requests_in_flight = 0
@@ -336,23 +329,19 @@ class RemotingConnection(asyncio.Protocol):
             raise RemotingConnectionClosedError(f"connection to {self._peer} is closed")
 
     def _write_command(self, command: RemotingCommand) -> None:
-        now = self._last_activity = self._loop.time()
-        if not self._out:
-            self._out_since = now
         head = encode_head(command)
         self._out.append(head)
         self._out_bytes += len(head)
         if command.body:
             self._out.append(command.body)
             self._out_bytes += len(command.body)
+        self._last_activity = self._loop.time()
         if self.write_buffer_bytes > self._limits.write_buffer_high_bytes:
             # Hand it to the transport now, so its high-water mark sees it and pauses us. What
             # the transport already holds counts too: responses coalescing here on top of a
             # transport just below its mark overshot it by up to the mark again (a flood test
             # saw 16 KiB past the bound of one write plus the handlers in flight).
-            self._write_out()
-        elif now - self._out_since >= COALESCE_MAX_S:
-            self._write_out()
+            self._flush()
         elif not self._flush_scheduled:
             # One transport write per loop iteration instead of one per frame: several times
             # faster for pipelined small frames (ARCHITECTURE.md, measured figures).
@@ -361,9 +350,6 @@ class RemotingConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        self._write_out()
-
-    def _write_out(self) -> None:
         out, self._out = self._out, []
         self._out_bytes = 0
         if out and self._transport is not None and not self._transport.is_closing():

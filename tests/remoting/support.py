@@ -95,7 +95,6 @@ class AppCode(IntEnum):
     HOLD = 9005  # answer once `App.release` is set
     PUSH_NOTIFY = 9006  # push NOTIFY_CONSUMER_IDS_CHANGED to the client, then answer
     INVOKE_CLIENT = 9007  # invoke GET_CONSUMER_RUNNING_INFO on the client, answer its remark
-    BUSY = 9008  # hold the loop for `remark` ms without awaiting, then answer
 
 
 BIG_RESPONSE_BYTES = 64 * 1024
@@ -107,9 +106,6 @@ class App:
     def __init__(self) -> None:
         self.handled: list[RemotingCommand] = []
         self.release = asyncio.Event()
-        # For each BUSY request: the connection's bytes not yet handed to the kernel as its
-        # handler began (the earlier answers still waiting to be written).
-        self.unwritten_at_busy_start: list[int] = []
 
     async def handle(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -143,12 +139,6 @@ class App:
                     RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO), 2000
                 )
                 return request.make_response(ResponseCode.SUCCESS, remark=answer.remark)
-            case AppCode.BUSY:
-                self.unwritten_at_busy_start.append(connection.write_buffer_bytes)
-                until = time.monotonic() + float(request.remark or 0) / 1000
-                while time.monotonic() < until:
-                    pass
-                return request.make_response(ResponseCode.SUCCESS)
         return request_code_not_supported(request)
 
     def count(self, code: int) -> int:

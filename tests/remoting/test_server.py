@@ -123,25 +123,6 @@ async def test_pipelined_responses_are_matched_by_opaque_not_order() -> None:
     assert remarks == ["held-0", "held-1", "held-2"]
 
 
-async def test_answers_of_a_long_loop_iteration_do_not_wait_for_its_last_handler() -> None:
-    # Four pipelined requests in one segment: their handlers run in one loop iteration, each
-    # holding the loop 3 ms. The answers share a write only while the oldest is under
-    # COALESCE_MAX_S old, so a handler finds at most the answer just before it waiting (the
-    # answers are of one size); written at the iteration's end, the fourth would find three.
-    app = App()
-    async with serving(app) as server:
-        peer = await RawPeer.connect(server.address)
-        await peer.send(b"".join(
-            encode(RemotingCommand(code=AppCode.BUSY, opaque=opaque, remark="3"))
-            for opaque in range(4)))
-        opaques = [(await peer.read_command()).opaque for _ in range(4)]
-        await peer.close()
-    assert sorted(opaques) == [0, 1, 2, 3]
-    waiting = app.unwritten_at_busy_start
-    assert len(waiting) == 4
-    assert max(waiting) <= min(size for size in waiting if size), waiting
-
-
 async def test_server_push_reaches_the_client_handler() -> None:
     app = App()
     pushed: list[RemotingCommand] = []
