@@ -570,7 +570,10 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     record(f"    pyrmq: {ours.counts()}; {peer}: {theirs.counts()}")
     # Where the CPU went when the tail rose (issue 16: show where one core's budget limits).
     record(f"    CPU: pyrmq {ours.cpu_text()}; {peer} {theirs.cpu_text()}")
-    print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received; "
+    print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received, "
+          "pulls, those that found messages, messages a found pull, pulls sure to find some, "
+          "their round trip p50 and p99 ms, the p99 of a message's dwell in the client from its "
+          "pull's answer to the listener; "
           "the CPU used in them, of one core):")
     for name, run in (("pyrmq", ours), (peer, theirs)):
         for line in run.intervals:

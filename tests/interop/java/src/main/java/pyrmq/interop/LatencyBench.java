@@ -2,6 +2,9 @@ package pyrmq.interop;
 
 import java.nio.ByteBuffer;
 import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 import org.HdrHistogram.Histogram;
@@ -16,6 +19,11 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 
 /**
  * The open-loop latency benchmark of benchmarks/test_latency.py, shaped like the OpenMessaging
@@ -46,10 +54,14 @@ import org.apache.rocketmq.common.message.MessageExt;
  * receive what was sent in it. Histograms are HdrHistogram (microseconds, 3 significant digits).
  *
  * <p>Output: "WINDOW_OPEN" and "WINDOW_CLOSED" around the measured window; every report-s one
- * line "INTERVAL t_s pub_p99_ms pub_max_ms e2e_p99_ms e2e_max_ms sent received" (all messages of
- * that interval, warm-up included); then one line of JSON: {"rate", "sent", "send_errors",
- * "acked", "received", "missing", "behind_max_ms", "publish": {"p50_ms", "p99_ms", "p999_ms",
- * "max_ms"}, "e2e": {...}, "client_cpu_pct"}, counting the window's messages only.
+ * line "INTERVAL t_s pub_p99_ms pub_max_ms e2e_p99_ms e2e_max_ms sent received pulls found
+ * msgs_per_found ready ready_rtt_p50_ms ready_rtt_p99_ms dwell_p99_ms" (all messages and pulls
+ * of that interval, warm-up included; a ready pull is one sent when its queue's last answer had
+ * shown messages beyond its offset, so long polling did not hold it; a message's dwell is from
+ * its pull's answer to the listener: see PullTimes); then one line
+ * of JSON: {"rate", "sent", "send_errors", "acked", "received", "missing", "behind_max_ms",
+ * "publish": {"p50_ms", "p99_ms", "p999_ms", "max_ms"}, "e2e": {...}, "client_cpu_pct"},
+ * counting the window's messages only.
  * behind_max_ms is how far the sender fell behind its schedule in the window: a send blocks when
  * the client holds too many unacknowledged messages (its async back-pressure), so a large value
  * means the broker (or this machine) did not keep up with the rate. The window closes on time
@@ -109,7 +121,8 @@ public final class LatencyBench {
         int queues = args.intOption("queues", 16);
         Common.watchdog(args.intOption("timeout-s", 120));
 
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        PullTimes pullTimes = new PullTimes();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, pullTimes);
         Common.configureClient(consumer, namesrv, "latency-consumer");
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
         consumer.subscribe(topic, "*");
@@ -123,6 +136,7 @@ public final class LatencyBench {
                 }
                 long sentAt = ByteBuffer.wrap(body, 0, 8).getLong();
                 long micros = Math.max(0, (now - sentAt) / 1000);
+                pullTimes.consumed(msg, now);
                 stats.e2eInterval.recordValue(Math.min(micros, HIGHEST_US));
                 stats.receivedInterval.incrementAndGet();
                 if (stats.measured(sentAt)) {
@@ -154,7 +168,8 @@ public final class LatencyBench {
         producer.setAutoBatch(true);
         producer.start();
 
-        Thread reporter = new Thread(() -> report(stats, start, reportNanos), "latency-report");
+        Thread reporter = new Thread(() -> report(stats, pullTimes, start, reportNanos),
+            "latency-report");
         reporter.setDaemon(true);
         reporter.start();
         Sender sender = new Sender(producer, topic, rate, start, rampNanos, stats,
@@ -311,7 +326,7 @@ public final class LatencyBench {
     }
 
     /** Every reportNanos, one INTERVAL line for the messages of that interval. */
-    private static void report(Stats stats, long start, long reportNanos) {
+    private static void report(Stats stats, PullTimes pulls, long start, long reportNanos) {
         long next = start + reportNanos;
         while (true) {
             long left = next - System.nanoTime();
@@ -321,9 +336,16 @@ public final class LatencyBench {
             }
             Histogram publish = stats.publishInterval.getIntervalHistogram();
             Histogram e2e = stats.e2eInterval.getIntervalHistogram();
-            Common.out(String.format(Locale.ROOT, "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d",
+            Histogram readyRtt = pulls.readyRtt.getIntervalHistogram();
+            Histogram dwell = pulls.dwell.getIntervalHistogram();
+            long found = pulls.found.getAndSet(0);
+            long pulled = pulls.messages.getAndSet(0);
+            Common.out(String.format(Locale.ROOT,
+                "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d %d %d %.1f %d %.3f %.3f %.3f",
                 (next - start) / 1e9, ms(publish, 99.0), maxMs(publish), ms(e2e, 99.0), maxMs(e2e),
-                stats.sentInterval.getAndSet(0), stats.receivedInterval.getAndSet(0)));
+                stats.sentInterval.getAndSet(0), stats.receivedInterval.getAndSet(0),
+                pulls.pulls.getAndSet(0), found, found == 0 ? 0.0 : (double) pulled / found,
+                readyRtt.getTotalCount(), ms(readyRtt, 50.0), ms(readyRtt, 99.0), ms(dwell, 99.0)));
             next += reportNanos;
         }
     }
@@ -344,6 +366,94 @@ public final class LatencyBench {
             "{\"count\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, \"max_ms\": %.3f}",
             histogram.getTotalCount(), ms(histogram, 50.0), ms(histogram, 99.0), ms(histogram, 99.9),
             maxMs(histogram));
+    }
+
+    /**
+     * The push consumer's pulls, seen by an RPCHook around each request and its answer: how many
+     * were answered, how many found messages and how many, and the round trip of those sent when
+     * the queue's last answer had already shown messages beyond the pull's offset: such a pull
+     * finds messages at once (long polling does not hold it), so its round trip is the broker's
+     * and this JVM's service time. Also each message's dwell in this JVM: from its pull's answer
+     * to the listener, the part of the end-to-end latency no broker is in.
+     */
+    static final class PullTimes implements RPCHook {
+        /** A pull in flight: when it was sent, and whether it was sure to find messages. */
+        private record Sent(long at, boolean ready) {
+        }
+
+        private final ConcurrentHashMap<Integer, Sent> inFlight = new ConcurrentHashMap<>();
+        private final ConcurrentHashMap<String, Long> maxOffsets = new ConcurrentHashMap<>();
+        // Per queue, each answered pull's first offset -> {its end offset, when it was answered}.
+        private final ConcurrentHashMap<String, ConcurrentSkipListMap<Long, long[]>> answers =
+            new ConcurrentHashMap<>();
+        final Recorder readyRtt = new Recorder(HIGHEST_US, 3);
+        final Recorder dwell = new Recorder(HIGHEST_US, 3);
+        final AtomicLong pulls = new AtomicLong();
+        final AtomicLong found = new AtomicLong();
+        final AtomicLong messages = new AtomicLong();
+
+        private static final long ANSWERS_KEPT_OFFSETS = 100_000;
+
+        private static String queueKey(PullMessageRequestHeader header) {
+            return header.getTopic() + "@" + header.getQueueId();
+        }
+
+        @Override
+        public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
+            if (request.getCode() == RequestCode.PULL_MESSAGE
+                && request.readCustomHeader() instanceof PullMessageRequestHeader header) {
+                Long known = maxOffsets.get(queueKey(header));
+                inFlight.put(request.getOpaque(), new Sent(System.nanoTime(),
+                    known != null && known > header.getQueueOffset()));
+            }
+        }
+
+        @Override
+        public void doAfterResponse(String remoteAddr, RemotingCommand request,
+                                    RemotingCommand response) {
+            if (request.getCode() != RequestCode.PULL_MESSAGE) {
+                return;
+            }
+            Sent sent = inFlight.remove(request.getOpaque());
+            if (sent == null || response == null || response.getExtFields() == null
+                || !(request.readCustomHeader() instanceof PullMessageRequestHeader header)) {
+                return;
+            }
+            pulls.incrementAndGet();
+            String next = response.getExtFields().get("nextBeginOffset");
+            String max = response.getExtFields().get("maxOffset");
+            if (max != null) {
+                maxOffsets.put(queueKey(header), Long.parseLong(max));
+            }
+            if (response.getCode() != ResponseCode.SUCCESS || next == null) {
+                return;
+            }
+            long now = System.nanoTime();
+            long first = header.getQueueOffset();
+            long end = Long.parseLong(next);
+            found.incrementAndGet();
+            messages.addAndGet(end - first);
+            ConcurrentSkipListMap<Long, long[]> byOffset =
+                answers.computeIfAbsent(queueKey(header), key -> new ConcurrentSkipListMap<>());
+            byOffset.put(first, new long[] {end, now});
+            byOffset.headMap(first - ANSWERS_KEPT_OFFSETS).clear();
+            if (sent.ready()) {
+                long micros = Math.max(0, (now - sent.at()) / 1000);
+                readyRtt.recordValue(Math.min(micros, HIGHEST_US));
+            }
+        }
+
+        /** The listener got `msg` at `now`: its dwell since its pull's answer. */
+        void consumed(MessageExt msg, long now) {
+            ConcurrentSkipListMap<Long, long[]> byOffset =
+                answers.get(msg.getTopic() + "@" + msg.getQueueId());
+            Map.Entry<Long, long[]> answer =
+                byOffset == null ? null : byOffset.floorEntry(msg.getQueueOffset());
+            if (answer != null && msg.getQueueOffset() < answer.getValue()[0]) {
+                long micros = Math.max(0, (now - answer.getValue()[1]) / 1000);
+                dwell.recordValue(Math.min(micros, HIGHEST_US));
+            }
+        }
     }
 
     /** The JVM's CPU time (all threads). */
