@@ -573,7 +573,8 @@ def test_latency_at_a_fixed_rate(brokers: Brokers, rate: int) -> None:
     print(f"    {REPORT_S} s intervals (t, publish p99, max, e2e p99, max ms, sent, received, "
           "pulls, those that found messages, messages a found pull, pulls sure to find some, "
           "their round trip p50 and p99 ms, the p99 of a message's dwell in the client from its "
-          "pull's answer to the listener; "
+          "pull's answer to the listener, a queue's gap from an answer to its next pull p50 and "
+          "p99 ms; "
           "the CPU used in them, of one core):")
     for name, run in (("pyrmq", ours), (peer, theirs)):
         for line in run.intervals:

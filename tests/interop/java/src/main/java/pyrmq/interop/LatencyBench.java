@@ -55,10 +55,11 @@ import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
  *
  * <p>Output: "WINDOW_OPEN" and "WINDOW_CLOSED" around the measured window; every report-s one
  * line "INTERVAL t_s pub_p99_ms pub_max_ms e2e_p99_ms e2e_max_ms sent received pulls found
- * msgs_per_found ready ready_rtt_p50_ms ready_rtt_p99_ms dwell_p99_ms" (all messages and pulls
- * of that interval, warm-up included; a ready pull is one sent when its queue's last answer had
- * shown messages beyond its offset, so long polling did not hold it; a message's dwell is from
- * its pull's answer to the listener: see PullTimes); then one line
+ * msgs_per_found ready ready_rtt_p50_ms ready_rtt_p99_ms dwell_p99_ms gap_p50_ms gap_p99_ms"
+ * (all messages and pulls of that interval, warm-up included; a ready pull is one sent when its
+ * queue's last answer had shown messages beyond its offset, so long polling did not hold it; a
+ * message's dwell is from its pull's answer to the listener; a queue's gap is from a pull's
+ * answer to the queue's next pull: see PullTimes); then one line
  * of JSON: {"rate", "sent", "send_errors", "acked", "received", "missing", "behind_max_ms",
  * "publish": {"p50_ms", "p99_ms", "p999_ms", "max_ms"}, "e2e": {...}, "client_cpu_pct"},
  * counting the window's messages only.
@@ -338,14 +339,16 @@ public final class LatencyBench {
             Histogram e2e = stats.e2eInterval.getIntervalHistogram();
             Histogram readyRtt = pulls.readyRtt.getIntervalHistogram();
             Histogram dwell = pulls.dwell.getIntervalHistogram();
+            Histogram gap = pulls.gap.getIntervalHistogram();
             long found = pulls.found.getAndSet(0);
             long pulled = pulls.messages.getAndSet(0);
             Common.out(String.format(Locale.ROOT,
-                "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d %d %d %.1f %d %.3f %.3f %.3f",
+                "INTERVAL %.0f %.3f %.3f %.3f %.3f %d %d %d %d %.1f %d %.3f %.3f %.3f %.3f %.3f",
                 (next - start) / 1e9, ms(publish, 99.0), maxMs(publish), ms(e2e, 99.0), maxMs(e2e),
                 stats.sentInterval.getAndSet(0), stats.receivedInterval.getAndSet(0),
                 pulls.pulls.getAndSet(0), found, found == 0 ? 0.0 : (double) pulled / found,
-                readyRtt.getTotalCount(), ms(readyRtt, 50.0), ms(readyRtt, 99.0), ms(dwell, 99.0)));
+                readyRtt.getTotalCount(), ms(readyRtt, 50.0), ms(readyRtt, 99.0), ms(dwell, 99.0),
+                ms(gap, 50.0), ms(gap, 99.0)));
             next += reportNanos;
         }
     }
@@ -374,7 +377,9 @@ public final class LatencyBench {
      * the queue's last answer had already shown messages beyond the pull's offset: such a pull
      * finds messages at once (long polling does not hold it), so its round trip is the broker's
      * and this JVM's service time. Also each message's dwell in this JVM: from its pull's answer
-     * to the listener, the part of the end-to-end latency no broker is in.
+     * to the listener, the part of the end-to-end latency no broker is in; and each queue's gap
+     * from a pull's answer to its next pull, which this JVM alone spends (with the round trip,
+     * a queue's pull cycle).
      */
     static final class PullTimes implements RPCHook {
         /** A pull in flight: when it was sent, and whether it was sure to find messages. */
@@ -386,8 +391,11 @@ public final class LatencyBench {
         // Per queue, each answered pull's first offset -> {its end offset, when it was answered}.
         private final ConcurrentHashMap<String, ConcurrentSkipListMap<Long, long[]>> answers =
             new ConcurrentHashMap<>();
+        // Per queue, when its last pull was answered (until its next pull is sent).
+        private final ConcurrentHashMap<String, Long> answeredAt = new ConcurrentHashMap<>();
         final Recorder readyRtt = new Recorder(HIGHEST_US, 3);
         final Recorder dwell = new Recorder(HIGHEST_US, 3);
+        final Recorder gap = new Recorder(HIGHEST_US, 3);
         final AtomicLong pulls = new AtomicLong();
         final AtomicLong found = new AtomicLong();
         final AtomicLong messages = new AtomicLong();
@@ -402,9 +410,14 @@ public final class LatencyBench {
         public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
             if (request.getCode() == RequestCode.PULL_MESSAGE
                 && request.readCustomHeader() instanceof PullMessageRequestHeader header) {
+                long now = System.nanoTime();
                 Long known = maxOffsets.get(queueKey(header));
-                inFlight.put(request.getOpaque(), new Sent(System.nanoTime(),
+                inFlight.put(request.getOpaque(), new Sent(now,
                     known != null && known > header.getQueueOffset()));
+                Long answered = answeredAt.remove(queueKey(header));
+                if (answered != null) {
+                    gap.recordValue(Math.min(Math.max(0, (now - answered) / 1000), HIGHEST_US));
+                }
             }
         }
 
@@ -420,6 +433,8 @@ public final class LatencyBench {
                 return;
             }
             pulls.incrementAndGet();
+            long now = System.nanoTime();
+            answeredAt.put(queueKey(header), now);
             String next = response.getExtFields().get("nextBeginOffset");
             String max = response.getExtFields().get("maxOffset");
             if (max != null) {
@@ -428,7 +443,6 @@ public final class LatencyBench {
             if (response.getCode() != ResponseCode.SUCCESS || next == null) {
                 return;
             }
-            long now = System.nanoTime();
             long first = header.getQueueOffset();
             long end = Long.parseLong(next);
             found.incrementAndGet();
