@@ -402,8 +402,13 @@ public final class LatencyBench {
 
         private static final long ANSWERS_KEPT_OFFSETS = 100_000;
 
-        private static String queueKey(PullMessageRequestHeader header) {
-            return header.getTopic() + "@" + header.getQueueId();
+        private static String queueKey(String topic, int queueId) {
+            return topic + "@" + queueId;
+        }
+
+        /** `nanos` (a duration) in microseconds, into `recorder`, within its range. */
+        private static void recordNanos(Recorder recorder, long nanos) {
+            recorder.recordValue(Math.min(Math.max(0, nanos / 1000), HIGHEST_US));
         }
 
         @Override
@@ -411,12 +416,13 @@ public final class LatencyBench {
             if (request.getCode() == RequestCode.PULL_MESSAGE
                 && request.readCustomHeader() instanceof PullMessageRequestHeader header) {
                 long now = System.nanoTime();
-                Long known = maxOffsets.get(queueKey(header));
+                String queue = queueKey(header.getTopic(), header.getQueueId());
+                Long known = maxOffsets.get(queue);
                 inFlight.put(request.getOpaque(), new Sent(now,
                     known != null && known > header.getQueueOffset()));
-                Long answered = answeredAt.remove(queueKey(header));
+                Long answered = answeredAt.remove(queue);
                 if (answered != null) {
-                    gap.recordValue(Math.min(Math.max(0, (now - answered) / 1000), HIGHEST_US));
+                    recordNanos(gap, now - answered);
                 }
             }
         }
@@ -434,11 +440,12 @@ public final class LatencyBench {
             }
             pulls.incrementAndGet();
             long now = System.nanoTime();
-            answeredAt.put(queueKey(header), now);
+            String queue = queueKey(header.getTopic(), header.getQueueId());
+            answeredAt.put(queue, now);
             String next = response.getExtFields().get("nextBeginOffset");
             String max = response.getExtFields().get("maxOffset");
             if (max != null) {
-                maxOffsets.put(queueKey(header), Long.parseLong(max));
+                maxOffsets.put(queue, Long.parseLong(max));
             }
             if (response.getCode() != ResponseCode.SUCCESS || next == null) {
                 return;
@@ -448,24 +455,22 @@ public final class LatencyBench {
             found.incrementAndGet();
             messages.addAndGet(end - first);
             ConcurrentSkipListMap<Long, long[]> byOffset =
-                answers.computeIfAbsent(queueKey(header), key -> new ConcurrentSkipListMap<>());
+                answers.computeIfAbsent(queue, key -> new ConcurrentSkipListMap<>());
             byOffset.put(first, new long[] {end, now});
             byOffset.headMap(first - ANSWERS_KEPT_OFFSETS).clear();
             if (sent.ready()) {
-                long micros = Math.max(0, (now - sent.at()) / 1000);
-                readyRtt.recordValue(Math.min(micros, HIGHEST_US));
+                recordNanos(readyRtt, now - sent.at());
             }
         }
 
         /** The listener got `msg` at `now`: its dwell since its pull's answer. */
         void consumed(MessageExt msg, long now) {
             ConcurrentSkipListMap<Long, long[]> byOffset =
-                answers.get(msg.getTopic() + "@" + msg.getQueueId());
+                answers.get(queueKey(msg.getTopic(), msg.getQueueId()));
             Map.Entry<Long, long[]> answer =
                 byOffset == null ? null : byOffset.floorEntry(msg.getQueueOffset());
             if (answer != null && msg.getQueueOffset() < answer.getValue()[0]) {
-                long micros = Math.max(0, (now - answer.getValue()[1]) / 1000);
-                dwell.recordValue(Math.min(micros, HIGHEST_US));
+                recordNanos(dwell, now - answer.getValue()[1]);
             }
         }
     }
